@@ -1,0 +1,58 @@
+# Two commands for a fresh machine: `make run` and `make test`. Both build .venv from the lock first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := $(shell sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements.lock)
+# Settled on the first line of every recipe that needs the environment.
+ENV_STAMP := $(VENV)/.synced
+export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
+export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
+
+.PHONY: help venv run test dev bench lint lock clean
+
+help:
+	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
+	@echo "make test   set up .venv, then run the test suite (all but gpu)"
+	@echo "make dev    open the Dagster UI on http://127.0.0.1:3000"
+	@echo "make bench  print the performance ratios (docs/benchmarks.md)"
+	@echo "make lint   ruff + pyright"
+	@echo "make lock   re-resolve requirements.lock from pyproject.toml"
+	@echo "make clean  remove .local/ (all local state)"
+
+$(ENV_STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@touch $@
+
+venv: $(ENV_STAMP)
+
+run: $(ENV_STAMP)
+	@mkdir -p $(DAGSTER_HOME)
+	$(BIN)/python -m pipelines.run
+
+test: $(ENV_STAMP)
+	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+dev: $(ENV_STAMP)
+	@mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
+
+bench: $(ENV_STAMP)
+	$(BIN)/python -m benchmarks
+
+lint: $(ENV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pyright
+
+lock: $(ENV_STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 \
+	  --generate-hashes --no-header --quiet -o requirements.lock
+
+clean:
+	rm -rf .local

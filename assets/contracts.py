@@ -1,0 +1,68 @@
+"""What the bundled use case's raw tables must look like; the validation suites are built from this.
+
+Data of your own gets contracts of its own here: the rule kinds are generic (see
+`resources.expectations.TableContract`), the columns, ranges and sets below are the flights'.
+"""
+
+from resources.expectations import ColumnRule, TableContract
+
+NYC_ORIGINS = ("EWR", "JFK", "LGA")
+
+FLIGHTS = TableContract(
+    table="flights",
+    columns=(
+        ColumnRule("year", "number", required=True, min_value=1900, max_value=2100),
+        ColumnRule("month", "number", required=True, min_value=1, max_value=12),
+        ColumnRule("day", "number", required=True, min_value=1, max_value=31),
+        # Departure and arrival fields are empty for cancelled flights: optional, but bounded.
+        ColumnRule("dep_time", "number", min_value=1, max_value=2400),
+        ColumnRule("sched_dep_time", "number", required=True, min_value=1, max_value=2359),
+        ColumnRule("dep_delay", "number", min_value=-120, max_value=24 * 60 * 2),
+        ColumnRule("arr_time", "number", min_value=1, max_value=2400),
+        ColumnRule("sched_arr_time", "number", required=True, min_value=1, max_value=2359),
+        ColumnRule("arr_delay", "number", min_value=-180, max_value=24 * 60 * 2),
+        ColumnRule("carrier", "text", required=True, allowed_from="airlines.carrier"),
+        ColumnRule("flight", "number", required=True, min_value=1, max_value=9999),
+        ColumnRule("tailnum", "text", pattern=r"^[A-Z0-9]{2,7}$"),
+        ColumnRule("origin", "text", required=True, allowed=NYC_ORIGINS),
+        ColumnRule("dest", "text", required=True, pattern=r"^[A-Z0-9]{3}$"),
+        ColumnRule("air_time", "number", min_value=1, max_value=24 * 60),
+        ColumnRule("distance", "number", required=True, min_value=1, max_value=6000),
+        ColumnRule("hour", "number", required=True, min_value=0, max_value=23),
+        ColumnRule("minute", "number", required=True, min_value=0, max_value=59),
+        ColumnRule("time_hour", "timestamp", required=True),
+    ),
+    natural_key=("year", "month", "day", "carrier", "flight", "sched_dep_time"),
+    event_time="time_hour",
+    min_rows=100,
+    max_rejected_share=0.01,
+)
+"""One row per scheduled departure from a New York airport; the day is the local departure day."""
+
+WEATHER = TableContract(
+    table="weather",
+    columns=(
+        ColumnRule("origin", "text", required=True, allowed=NYC_ORIGINS),
+        ColumnRule("year", "number", required=True, min_value=1900, max_value=2100),
+        ColumnRule("month", "number", required=True, min_value=1, max_value=12),
+        ColumnRule("day", "number", required=True, min_value=1, max_value=31),
+        ColumnRule("hour", "number", required=True, min_value=0, max_value=23),
+        ColumnRule("temp", "number", min_value=-60, max_value=130),
+        ColumnRule("dewp", "number", min_value=-80, max_value=100),
+        ColumnRule("humid", "number", min_value=0, max_value=100),
+        ColumnRule("wind_dir", "number", min_value=0, max_value=360),
+        ColumnRule("wind_speed", "number", min_value=0, max_value=150),
+        ColumnRule("wind_gust", "number", min_value=0, max_value=250),
+        ColumnRule("precip", "number", min_value=0, max_value=10),
+        ColumnRule("pressure", "number", min_value=870, max_value=1090),
+        ColumnRule("visib", "number", min_value=0, max_value=100),
+        ColumnRule("time_hour", "timestamp", required=True),
+    ),
+    natural_key=("origin", "time_hour"),
+    event_time="time_hour",
+    min_rows=24,
+    max_rejected_share=0.05,
+)
+"""Hourly observations at the three origin airports (units: °F, mph, inches, millibars, miles)."""
+
+RAW_CONTRACTS = {contract.table: contract for contract in (FLIGHTS, WEATHER)}

@@ -1,0 +1,213 @@
+"""Validation as write-audit-publish: raw partitions are audited by blocking GX checks, and only a
+partition that passes is published; rows broken by row rules are quarantined with their reason.
+
+Dagster blocks downstream steps only within one run, so publishing validates again (a cached
+report when the check already ran on the same data) and refuses a failing partition itself.
+The previously published version of a refused partition is never touched.
+"""
+
+import warnings
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from assets.contracts import FLIGHTS, WEATHER
+from assets.ingestion import airlines, raw_flights, raw_weather
+from pipelines.partitions import daily_partitions
+from resources.expectations import GreatExpectations, TableContract, ValidationReport
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Partitioned checks are what make "a check result per partition" visible in the UI; the feature is
+# in preview in Dagster 1.13, and the warning would otherwise print at every code-location load.
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+)
+
+VALIDATION = "validation"
+REJECTED_BY = "rejected_by"
+"""Column of a quarantined row that names the rule(s) that rejected it."""
+
+
+def audit(
+    context: dg.AssetCheckExecutionContext | dg.AssetExecutionContext,
+    expectations: GreatExpectations,
+    contract: TableContract,
+    raw: "pd.DataFrame",
+    airlines_frame: "pd.DataFrame | None" = None,
+) -> ValidationReport:
+    """Validate one raw partition against its contract."""
+    import pandas as pd
+
+    partition_key = context.partition_key
+    window = daily_partitions.time_window_for_partition_key(partition_key)
+    references = {}
+    if airlines_frame is not None:
+        references["airlines.carrier"] = airlines_frame["carrier"].dropna().tolist()
+    return expectations.validate(
+        contract,
+        raw,
+        partition=partition_key,
+        window=(
+            pd.Timestamp(window.start).tz_convert("UTC"),
+            pd.Timestamp(window.end).tz_convert("UTC"),
+        ),
+        references=references,
+    )
+
+
+def check_result(report: ValidationReport) -> dg.AssetCheckResult:
+    """A blocking check's result: fails (ERROR) unless the partition may be published."""
+    failed = report.failed_rules
+    table = "\n".join(
+        f"| {r.rule} | {r.level} | {r.observed if r.observed is not None else r.unexpected_count}"
+        f" | {r.error or ', '.join(r.sample)} |"
+        for r in failed
+    )
+    metadata: dict[str, object] = {
+        "partition": report.partition,
+        "rows": report.row_count,
+        "rules_checked": len(report.rules),
+        "rules_failed": len(failed),
+        "quarantined_rows": len(report.rejected_rows),
+        "quarantined_share": report.rejected_share,
+        "max_quarantined_share": report.max_rejected_share,
+    }
+    if failed:
+        metadata["failed_rules"] = dg.MetadataValue.md(
+            "| rule | level | unexpected / observed | sample |\n|---|---|---|---|\n" + table
+        )
+    if report.data_docs_url:
+        metadata["data_docs"] = dg.MetadataValue.url(report.data_docs_url)
+    return dg.AssetCheckResult(
+        passed=report.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=report.summary(),
+        metadata=metadata,
+    )
+
+
+def split(raw: "pd.DataFrame", report: ValidationReport) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """(published rows, quarantined rows with the rules that rejected them)."""
+    import pandas as pd
+
+    if not report.passed:
+        raise dg.Failure(
+            description=f"not published: {report.summary()}",
+            metadata={"partition": report.partition, "rules_failed": len(report.failed_rules)},
+            allow_retries=False,
+        )
+    raw = raw.reset_index(drop=True)
+    reasons = pd.Series(report.rejection_reasons(), dtype="string")
+    rejected = raw.index.isin(reasons.index)
+    published = raw.loc[~rejected].reset_index(drop=True)
+    quarantined = raw.loc[rejected].assign(**{REJECTED_BY: reasons}).reset_index(drop=True)
+    if quarantined.empty:
+        quarantined = quarantined.astype({REJECTED_BY: "string"})
+    return published, quarantined
+
+
+def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
+    """Cancelled flights (no departure) and diverted ones (departed, no recorded arrival) are
+    real events, kept and flagged rather than treated as bad data."""
+    cancelled = flights["dep_time"].isna()
+    return flights.assign(cancelled=cancelled, diverted=~cancelled & flights["arr_delay"].isna())
+
+
+@dg.asset_check(
+    asset=raw_flights,
+    blocking=True,
+    additional_ins={"airlines": dg.AssetIn(airlines.key)},
+    partitions_def=daily_partitions,
+)
+def flights_contract(
+    context: dg.AssetCheckExecutionContext,
+    raw_flights,
+    airlines,
+    expectations: GreatExpectations,
+) -> dg.AssetCheckResult:
+    """The flights GX suite: columns, types, nulls, ranges, known carriers and airports, unique
+    flights, departures inside the partition's day, a minimum row count."""
+    return check_result(audit(context, expectations, FLIGHTS, raw_flights, airlines))
+
+
+@dg.asset_check(asset=raw_weather, blocking=True, partitions_def=daily_partitions)
+def weather_contract(
+    context: dg.AssetCheckExecutionContext,
+    raw_weather,
+    expectations: GreatExpectations,
+) -> dg.AssetCheckResult:
+    """The weather GX suite: columns, types, physical ranges, one observation per airport and
+    hour, observations inside the partition's day, a minimum row count."""
+    return check_result(audit(context, expectations, WEATHER, raw_weather))
+
+
+_PUBLISH = {
+    "partitions_def": daily_partitions,
+    "group_name": VALIDATION,
+    "can_subset": False,
+}
+
+
+@dg.multi_asset(
+    outs={
+        "validated_flights": dg.AssetOut(
+            io_manager_key="lake",
+            kinds={"pandas", "great_expectations"},
+            code_version="1",
+            description="Flights of a day that passed the flights suite; cancellations flagged.",
+        ),
+        "quarantined_flights": dg.AssetOut(
+            io_manager_key="lake",
+            kinds={"pandas"},
+            code_version="1",
+            description="Rows of a published day that broke row rules, named in rejected_by.",
+        ),
+    },
+    ins={"raw_flights": dg.AssetIn(raw_flights.key), "airlines": dg.AssetIn(airlines.key)},
+    **_PUBLISH,
+)
+def publish_flights(
+    context: dg.AssetExecutionContext,
+    raw_flights,
+    airlines,
+    expectations: GreatExpectations,
+):
+    report = audit(context, expectations, FLIGHTS, raw_flights, airlines)
+    published, quarantined = split(raw_flights, report)
+    yield dg.Output(
+        flag_cancellations(published),
+        "validated_flights",
+        metadata={
+            "cancelled": int(published["dep_time"].isna().sum()),
+        },
+    )
+    yield dg.Output(quarantined, "quarantined_flights")
+
+
+@dg.multi_asset(
+    outs={
+        "validated_weather": dg.AssetOut(
+            io_manager_key="lake",
+            kinds={"pandas", "great_expectations"},
+            code_version="1",
+            description="Hourly weather of a day that passed the weather suite.",
+        ),
+        "quarantined_weather": dg.AssetOut(
+            io_manager_key="lake",
+            kinds={"pandas"},
+            code_version="1",
+            description="Weather rows of a published day that broke a row rule, with the reason.",
+        ),
+    },
+    ins={"raw_weather": dg.AssetIn(raw_weather.key)},
+    **_PUBLISH,
+)
+def publish_weather(
+    context: dg.AssetExecutionContext, raw_weather, expectations: GreatExpectations
+):
+    report = audit(context, expectations, WEATHER, raw_weather)
+    published, quarantined = split(raw_weather, report)
+    yield dg.Output(published, "validated_weather")
+    yield dg.Output(quarantined, "quarantined_weather")

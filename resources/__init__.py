@@ -1,0 +1,1 @@
+"""One ConfigurableResource per external system, each with a real local implementation."""

@@ -1,0 +1,504 @@
+"""Great Expectations 1.x, called directly: table contracts become GX suites, run on a DataFrame.
+
+A `TableContract` declares what a raw table must look like with generic rule kinds; this module
+turns it into an ExpectationSuite, validates one partition's frame with GX, and returns a typed
+`ValidationReport`. Rules come in two levels:
+
+- table rules (the column set, the row count, a column's type): if one fails, the whole partition
+  is refused;
+- row rules (non-null, ranges, allowed values, patterns, natural-key uniqueness, the event time
+  inside the partition's day): failing rows are quarantined with the rule that rejected them, as
+  long as their share stays at or below the contract's `max_rejected_share`; above it the whole
+  partition is refused.
+
+GX is imported only inside methods: it takes seconds to import and the code location must load
+without it.
+"""
+
+import datetime as dt
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+ColumnKind = Literal["number", "text", "timestamp"]
+
+# Pandas reads integer columns with a missing value as float, so "number" admits both.
+_TYPE_LISTS: dict[str, list[str]] = {
+    "number": [
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+        "Int64",
+        "Float64",
+        "int",
+        "float",
+    ],
+    "text": ["str", "StringDtype"],
+}
+SAMPLE_SIZE = 5
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    """What one column must hold. Bounds are inclusive; `allowed_from` names a reference set
+    (`"<table>.<column>"`) handed to `validate`, such as the carriers known to `airlines`."""
+
+    column: str
+    kind: ColumnKind
+    required: bool = False
+    min_value: float | None = None
+    max_value: float | None = None
+    allowed: tuple[str, ...] | None = None
+    allowed_from: str | None = None
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class TableContract:
+    """A raw table's contract: its columns, natural key, event time and rejection budget."""
+
+    table: str
+    columns: tuple[ColumnRule, ...]
+    natural_key: tuple[str, ...]
+    event_time: str
+    """A UTC-aware timestamp column that must fall inside the partition's day."""
+    min_rows: int
+    """Fewer rows refuse the partition; GX passes every row rule on an empty table."""
+    max_rejected_share: float
+    """Largest fraction (0..1) of rows that may be quarantined before the partition is refused."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_rejected_share < 1:
+            raise ValueError(f"max_rejected_share must be in [0, 1), got {self.max_rejected_share}")
+        if self.min_rows < 1:
+            raise ValueError(f"min_rows must be at least 1, got {self.min_rows}")
+        names = [rule.column for rule in self.columns]
+        unknown = set(self.natural_key) - set(names) | ({self.event_time} - set(names))
+        if unknown:
+            raise ValueError(f"{self.table}: natural_key/event_time name unknown columns {unknown}")
+
+    @property
+    def column_names(self) -> list[str]:
+        return [rule.column for rule in self.columns]
+
+    @property
+    def timestamp_columns(self) -> list[str]:
+        return [rule.column for rule in self.columns if rule.kind == "timestamp"]
+
+    @property
+    def references(self) -> set[str]:
+        return {rule.allowed_from for rule in self.columns if rule.allowed_from}
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """The outcome of one rule on one partition."""
+
+    rule: str
+    level: Literal["table", "row"]
+    passed: bool
+    unexpected_count: int
+    sample: tuple[str, ...] = ()
+    rows: tuple[int, ...] = ()
+    """Positions of the rows that broke a row rule."""
+    observed: str | None = None
+    """What a table rule saw instead (e.g. the row count or the column's type)."""
+    error: str | None = None
+    """Set when GX could not evaluate the rule at all (e.g. the column is missing)."""
+    column: str | None = None
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Every rule's outcome for one table partition, and the verdict drawn from them."""
+
+    table: str
+    partition: str
+    row_count: int
+    max_rejected_share: float
+    rules: tuple[RuleResult, ...]
+    data_docs_url: str | None = None
+
+    @property
+    def failed_rules(self) -> list[RuleResult]:
+        return [rule for rule in self.rules if not rule.passed]
+
+    @property
+    def table_failures(self) -> list[RuleResult]:
+        return [rule for rule in self.failed_rules if rule.level == "table"]
+
+    @functools.cached_property
+    def rejected_rows(self) -> frozenset[int]:
+        """Positions of rows broken by at least one row rule."""
+        return frozenset(
+            pos for rule in self.failed_rules if rule.level == "row" for pos in rule.rows
+        )
+
+    @property
+    def rejected_share(self) -> float:
+        return len(self.rejected_rows) / self.row_count if self.row_count else 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Publishable: every table rule holds and the quarantined share is within budget."""
+        return not self.table_failures and self.rejected_share <= self.max_rejected_share
+
+    def rejection_reasons(self) -> dict[int, str]:
+        """Row position → the names of the row rules that rejected it, sorted and `; `-joined."""
+        reasons: dict[int, list[str]] = {}
+        for rule in self.failed_rules:
+            if rule.level == "row":
+                for position in rule.rows:
+                    reasons.setdefault(position, []).append(rule.rule)
+        return {position: "; ".join(sorted(names)) for position, names in reasons.items()}
+
+    def summary(self) -> str:
+        """One line per broken rule, naming the partition, the rule and the count."""
+        where = f"{self.table} partition {self.partition}"
+        if not self.failed_rules:
+            return f"{where}: all {len(self.rules)} rules passed on {self.row_count} rows"
+        lines = []
+        if self.passed:
+            lines.append(
+                f"{where}: published; {len(self.rejected_rows)} of {self.row_count} rows"
+                " quarantined"
+                f" ({self.rejected_share:.2%} <= {self.max_rejected_share:.2%})"
+            )
+        elif self.table_failures:
+            lines.append(f"{where}: REFUSED, {len(self.table_failures)} table rule(s) failed")
+        else:
+            lines.append(
+                f"{where}: REFUSED, {len(self.rejected_rows)} of {self.row_count} rows broke"
+                " row rules"
+                f" ({self.rejected_share:.2%} > max {self.max_rejected_share:.2%})"
+            )
+        for rule in self.failed_rules:
+            if rule.error:
+                detail = rule.error
+            elif rule.observed is not None:
+                detail = f"observed {rule.observed}"
+            else:
+                detail = f"{rule.unexpected_count} of {self.row_count} rows"
+            sample = f"; e.g. {', '.join(rule.sample)}" if rule.sample else ""
+            lines.append(f"  - rule {rule.rule} ({rule.level}): {detail}{sample}")
+        return "\n".join(lines)
+
+
+class GreatExpectations(dg.ConfigurableResource):
+    """Runs table contracts as Great Expectations suites and publishes GX Data Docs."""
+
+    data_docs_dir: str = Field(description="Folder of the GX Data Docs site.")
+    build_data_docs: bool = Field(
+        default=True, description="Render each validation into the Data Docs site."
+    )
+
+    def validate(
+        self,
+        contract: TableContract,
+        frame: "pd.DataFrame",
+        *,
+        partition: str,
+        window: tuple[dt.datetime, dt.datetime],
+        references: Mapping[str, Sequence[Any]] | None = None,
+    ) -> ValidationReport:
+        """Validate one partition's frame against `contract`.
+
+        `window` is the partition's [start, end) as UTC-aware datetimes; `references` holds the
+        sets named by `allowed_from`. The same data, window and references validated twice in
+        one process (the blocking check, then publishing) run GX once.
+        """
+        import great_expectations as gx
+
+        from resources.lake import content_hash
+
+        references = references or {}
+        missing = contract.references - set(references)
+        if missing:
+            raise ValueError(f"{contract.table}: reference sets {sorted(missing)} were not given")
+        frame = frame.reset_index(drop=True)
+        parameters: dict[str, Any] = {_WINDOW_START: window[0], _WINDOW_END: window[1]}
+        parameters.update({_parameter(name): sorted(set(v)) for name, v in references.items()})
+        key = (contract, partition, content_hash(frame), repr(sorted(parameters.items())))
+        cached = _REPORTS.get(key)
+        if cached is not None and (cached.data_docs_url or not self.build_data_docs):
+            return cached
+
+        context = _gx_context(self.data_docs_dir)
+        result = _validation_definition(self.data_docs_dir, contract).run(
+            batch_parameters={"dataframe": frame},
+            expectation_parameters=parameters,
+            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_SIZE},
+            run_id=gx.RunIdentifier(run_name=f"{contract.table}-{partition}"),
+        )
+        report = ValidationReport(
+            table=contract.table,
+            partition=partition,
+            row_count=len(frame),
+            max_rejected_share=contract.max_rejected_share,
+            rules=_explained(tuple(_rule_result(o) for o in result.results), frame),
+            data_docs_url=self._publish(context) if self.build_data_docs else None,
+        )
+        _REPORTS[key] = report
+        while len(_REPORTS) > _MAX_CACHED_REPORTS:
+            _REPORTS.pop(next(iter(_REPORTS)))
+        return report
+
+    def _publish(self, context: Any) -> str | None:
+        """Render the latest validation into the Data Docs site; its page's URL."""
+        identifier = context.validation_results_store.list_keys()[-1]
+        try:
+            urls = context.build_data_docs(
+                site_names=[_DOCS_SITE], resource_identifiers=[identifier]
+            )
+        finally:
+            # The in-memory store would otherwise grow with every partition this process validates.
+            context.validation_results_store.remove_key(identifier)
+        index = urls.get(_DOCS_SITE)
+        if index is None:
+            return None
+        page = Path(self.data_docs_dir, "validations", *identifier.to_tuple()).with_suffix(".html")
+        return page.as_uri() if page.is_file() else index
+
+
+_DOCS_SITE = "local"
+_RULE_META_KEY = "ml_lifecycle_rule"
+_WINDOW_START, _WINDOW_END = "partition_start", "partition_end"
+_MAX_CACHED_REPORTS = 64
+_REPORTS: dict[tuple[Any, ...], ValidationReport] = {}
+
+
+def _expectations(contract: TableContract) -> list[Any]:
+    """The GX expectations of a contract, each tagged with our rule name and level.
+
+    What changes per partition (the day's window, the reference sets) is a suite parameter, so
+    one suite per contract serves every partition.
+    """
+    import great_expectations.expectations as gxe
+
+    def tag(expectation: Any, rule: str, level: str) -> Any:
+        column = getattr(expectation, "column", None)
+        expectation.meta = {_RULE_META_KEY: rule, "level": level, "column": column}
+        return expectation
+
+    out = [
+        tag(
+            gxe.ExpectTableColumnsToMatchSet(column_set=contract.column_names, exact_match=True),
+            "columns.match_contract",
+            "table",
+        ),
+        tag(
+            gxe.ExpectTableRowCountToBeBetween(min_value=contract.min_rows),
+            "rows.at_least_min_rows",
+            "table",
+        ),
+    ]
+    for rule in contract.columns:
+        c = rule.column
+        if rule.kind in _TYPE_LISTS:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToBeInTypeList(
+                        column=c, type_list=_TYPE_LISTS[rule.kind]
+                    ),
+                    f"{c}.is_{rule.kind}",
+                    "table",
+                )
+            )
+        if rule.required:
+            out.append(tag(gxe.ExpectColumnValuesToNotBeNull(column=c), f"{c}.not_null", "row"))
+        if rule.min_value is not None or rule.max_value is not None:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToBeBetween(
+                        column=c, min_value=rule.min_value, max_value=rule.max_value
+                    ),
+                    f"{c}.in_range[{rule.min_value},{rule.max_value}]",
+                    "row",
+                )
+            )
+        if rule.allowed is not None:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToBeInSet(column=c, value_set=sorted(set(rule.allowed))),
+                    f"{c}.in_contract_set",
+                    "row",
+                )
+            )
+        if rule.allowed_from is not None:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToBeInSet(
+                        column=c, value_set={"$PARAMETER": _parameter(rule.allowed_from)}
+                    ),
+                    f"{c}.known_in_{rule.allowed_from}",
+                    "row",
+                )
+            )
+        if rule.pattern:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToMatchRegex(column=c, regex=rule.pattern),
+                    f"{c}.matches_pattern",
+                    "row",
+                )
+            )
+    out.append(
+        tag(
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.natural_key)),
+            "natural_key.unique",
+            "row",
+        )
+    )
+    # Aware bounds: a timezone-naive column cannot be compared with them and fails the rule.
+    out.append(
+        tag(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=contract.event_time,
+                min_value={"$PARAMETER": _WINDOW_START},
+                max_value={"$PARAMETER": _WINDOW_END},
+                strict_max=True,
+            ),
+            f"{contract.event_time}.utc_aware_within_partition_day",
+            "row",
+        )
+    )
+    return out
+
+
+def _parameter(reference: str) -> str:
+    """GX suite parameters must be identifiers: `airlines.carrier` → `airlines__carrier`."""
+    return reference.replace(".", "__")
+
+
+def _rule_result(outcome: Any) -> RuleResult:
+    meta = outcome.expectation_config.meta or {}
+    rule, level, column = meta[_RULE_META_KEY], meta["level"], meta.get("column")
+    if outcome.exception_info and outcome.exception_info.get("raised_exception"):
+        message = str(outcome.exception_info.get("exception_message", "")).strip().splitlines()
+        error = f"could not be evaluated: {message[-1] if message else 'unknown error'}"
+        # A row rule GX cannot evaluate says nothing about single rows: refuse the table.
+        return RuleResult(rule, "table", False, 0, error=error, column=column)
+    result = outcome.result or {}
+    unexpected = result.get("unexpected_count")
+    sample = tuple(repr(v) for v in (result.get("partial_unexpected_list") or [])[:SAMPLE_SIZE])
+    if unexpected is None:
+        # An aggregate outcome (row count, column set, a typed column's dtype): no single row to
+        # blame, so a failure refuses the table whatever level the rule was declared at.
+        observed = result.get("observed_value")
+        passed = bool(outcome.success)
+        return RuleResult(
+            rule,
+            "table",
+            passed,
+            0 if passed else 1,
+            observed=None if passed or observed is None else str(observed),
+            column=column,
+        )
+    rows = tuple(int(i) for i in result.get("unexpected_index_list") or ())
+    return RuleResult(
+        rule, level, bool(outcome.success), int(unexpected), sample, rows, column=column
+    )
+
+
+def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[RuleResult, ...]:
+    """Failures restated in terms a person can act on, with counts of the offending rows.
+
+    A CSV column with a single non-number in it arrives as text, and GX then counts every value
+    as the wrong type; the rows to fix are those whose text is not a number. Rules on a column
+    whose type is wrong are not evaluated on it, and a rule GX failed without a count (e.g. naive
+    timestamps compared with aware bounds) gets the column's type and the row count.
+    """
+    import pandas as pd
+
+    mistyped = {r.column for r in rules if not r.passed and r.rule.endswith(".is_number")}
+    out = []
+    for rule in rules:
+        column = rule.column
+        if rule.passed or column is None or column not in frame.columns:
+            out.append(rule)
+        elif column in mistyped and rule.rule.endswith(".is_number"):
+            values = frame[column]
+            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+            sample = tuple(repr(v) for v in values[bad].head(SAMPLE_SIZE))
+            out.append(
+                replace(
+                    rule,
+                    unexpected_count=int(bad.sum()),
+                    sample=sample,
+                    observed=f"{bad.sum()} of {len(frame)} rows hold text that is not a number",
+                )
+            )
+        elif column in mistyped:
+            out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
+        elif rule.error is None and (rule.observed is None or rule.observed == "None"):
+            observed = f"column of type {frame[column].dtype} on {len(frame)} rows"
+            if rule.rule.endswith("utc_aware_within_partition_day"):
+                observed += " (timestamps must be UTC-aware)"
+            out.append(replace(rule, observed=observed))
+        else:
+            out.append(rule)
+    return tuple(out)
+
+
+@functools.cache
+def _gx_context(data_docs_dir: str) -> Any:
+    """One ephemeral GX context per process: building one per partition would cost more than
+    the validation itself."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    # GX logs every metric batch at INFO and warns on usage-statistics setup; keep runs readable.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    context = gx.get_context(mode="ephemeral")
+    # The "Calculating Metrics" tqdm bar would otherwise land in every run's stderr log.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    context.add_data_docs_site(
+        site_name=_DOCS_SITE,
+        site_config={
+            "class_name": "SiteBuilder",
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(Path(data_docs_dir).resolve()),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        },
+    )
+    context.data_sources.add_pandas("frames")
+    return context
+
+
+@functools.cache
+def _validation_definition(data_docs_dir: str, contract: TableContract) -> Any:
+    """The suite and validation definition of a contract, registered once per process."""
+    import great_expectations as gx
+
+    context = _gx_context(data_docs_dir)
+    batch = (
+        context.data_sources.get("frames")
+        .add_dataframe_asset(contract.table)
+        .add_batch_definition_whole_dataframe("partition")
+    )
+    suite = context.suites.add(
+        gx.ExpectationSuite(name=contract.table, expectations=_expectations(contract))
+    )
+    return context.validation_definitions.add(
+        gx.ValidationDefinition(name=contract.table, data=batch, suite=suite)
+    )

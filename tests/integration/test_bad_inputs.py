@@ -1,0 +1,166 @@
+"""Every bad input of QUALITY.md, delivered as a drop: a clear error naming the partition, the rule
+and the count; nothing downstream built; the last good published data untouched."""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+
+pytestmark = pytest.mark.integration
+
+N_BAD = 47
+"""Rows broken by each bad input: 5% of the day's 943 flights, over the 1% quarantine budget."""
+BAD = slice(100, 100 + N_BAD)
+
+
+def csv(frame_change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    def deliver(drop: Path) -> None:
+        write_csv_drop(
+            drop.parent.parent, "flights", GOOD_DAY, frame_change(bundled_day("flights"))
+        )
+
+    return deliver
+
+
+def raw_bytes(content: Callable[[], bytes], suffix: str = ".csv") -> Callable[[Path], None]:
+    def deliver(drop: Path) -> None:
+        drop.unlink()
+        drop.with_suffix(suffix).write_bytes(content())
+
+    return deliver
+
+
+def rows(column: str, value: object) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def change(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.astype({column: object}) if isinstance(value, str) else frame
+        frame.iloc[BAD, frame.columns.get_loc(column)] = value
+        return frame
+
+    return change
+
+
+def half_a_parquet_file() -> bytes:
+    frame = bundled_day("flights")
+    path = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+    target = path / f"half-{id(frame)}.parquet"
+    frame.to_parquet(target)
+    data = target.read_bytes()
+    target.unlink()
+    return data[: len(data) // 2]
+
+
+def header_only() -> bytes:
+    return (",".join(bundled_day("flights").columns) + "\n").encode()
+
+
+def shifted_two_days(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.iloc[BAD, frame.columns.get_loc("time_hour")] += pd.Timedelta(days=2)
+    return frame
+
+
+def naive_timestamps(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(time_hour=frame.time_hour.dt.tz_localize(None))
+
+
+def duplicated_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([frame, frame.iloc[BAD]], ignore_index=True)
+
+
+BAD_INPUTS = {
+    # name: (how it is delivered, the rule that must be named, the count that must be named)
+    "empty file": (raw_bytes(lambda: b""), "readable_drop", "0 bytes"),
+    "header-only file": (raw_bytes(header_only), "rows.at_least_min_rows", "observed 0"),
+    "corrupt file": (raw_bytes(lambda: b"PAR1\x15\x04garbage", ".parquet"), "readable_drop", None),
+    "truncated file": (raw_bytes(half_a_parquet_file, ".parquet"), "readable_drop", None),
+    "missing column": (csv(lambda f: f.drop(columns=["distance"])), "columns.match_contract", None),
+    "extra column": (csv(lambda f: f.assign(note="x")), "columns.match_contract", None),
+    "renamed column": (
+        csv(lambda f: f.rename(columns={"dest": "destination"})),
+        "columns.match_contract",
+        None,
+    ),
+    "wrong dtype": (
+        csv(rows("distance", "far")),
+        "distance.is_number",
+        f"{N_BAD} of 943 rows hold text",
+    ),
+    "nulls in a key column": (csv(rows("carrier", None)), "carrier.not_null", f"{N_BAD} of 943"),
+    "duplicate natural keys": (csv(duplicated_keys), "natural_key.unique", f"{2 * N_BAD} of 990"),
+    "values out of range": (
+        csv(rows("distance", 99_999)),
+        "distance.in_range[1,6000]",
+        f"{N_BAD} of 943",
+    ),
+    "unknown category": (csv(rows("origin", "XXX")), "origin.in_contract_set", f"{N_BAD} of 943"),
+    "unknown carrier": (
+        csv(rows("carrier", "ZZ")),
+        "carrier.known_in_airlines.carrier",
+        f"{N_BAD} of 943",
+    ),
+    "infinite value": (
+        csv(rows("distance", np.inf)),
+        "distance.in_range[1,6000]",
+        f"{N_BAD} of 943",
+    ),
+    "NaN in a required column": (
+        csv(rows("distance", np.nan)),
+        "distance.not_null",
+        f"{N_BAD} of 943",
+    ),
+    "timestamps outside the day": (
+        csv(shifted_two_days),
+        "time_hour.utc_aware_within_partition_day",
+        f"{N_BAD} of 943",
+    ),
+    "timezone-naive timestamps": (
+        csv(naive_timestamps),
+        "time_hour.utc_aware_within_partition_day",
+        "943 rows",
+    ),
+}
+
+
+def error_text(result: dg.ExecuteInProcessResult) -> str:
+    failed_checks = [
+        e.description or "" for e in result.get_asset_check_evaluations() if not e.passed
+    ]
+    failed_steps = [
+        event.step_failure_data.error.message
+        for event in result.all_events
+        if event.is_step_failure and event.step_failure_data.error
+    ]
+    return "\n".join(failed_checks + failed_steps)
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_is_refused_clearly_and_loses_nothing(
+    lifecycle: Lifecycle, drops: Path, name: str
+):
+    deliver, rule, count = BAD_INPUTS[name]
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = {
+        a: lifecycle.path(a).read_bytes() for a in ("validated_flights", "quarantined_flights")
+    }
+
+    deliver(drops / "flights" / f"{GOOD_DAY}.csv")
+    result = lifecycle.materialize()
+
+    assert not result.success
+    text = error_text(result)
+    assert GOOD_DAY in text
+    assert re.search(rf"rule {re.escape(rule)} ", text), text
+    if count:
+        assert count in text, text
+    built = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert not built & {"validated_flights", "quarantined_flights"}
+    for asset, content in published.items():
+        assert lifecycle.path(asset).read_bytes() == content
+    # The weather of the same day is unaffected and still published.
+    assert "validated_weather" in built

@@ -1,0 +1,75 @@
+"""One day through ingest → audit → publish, against a drop folder, in a temporary Dagster home."""
+
+import dagster as dg
+import pytest
+
+from resources.lake import stored_hash
+from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+
+pytestmark = pytest.mark.integration
+
+
+def check_evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {
+        event.step_materialization_data.materialization.asset_key.to_user_string()
+        for event in result.get_asset_materialization_events()
+    }
+
+
+def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle: Lifecycle):
+    lifecycle.load_dimensions()
+    result = lifecycle.materialize()
+
+    assert result.success
+    checks = check_evaluations(result)
+    assert checks["flights_contract"].passed and checks["weather_contract"].passed
+    validated = lifecycle.read("validated_flights")
+    assert len(validated) == len(bundled_day("flights")) == 943
+    assert validated.cancelled.sum() == validated.dep_time.isna().sum() == 8
+    assert lifecycle.read("quarantined_flights").empty
+    assert len(lifecycle.read("validated_weather")) == 72
+
+    version = lifecycle.instance.get_latest_materialization_event(
+        dg.AssetKey("validated_flights")
+    ).asset_materialization.tags["dagster/data_version"]
+    assert version == stored_hash(lifecycle.path("validated_flights"))
+
+
+def test_rematerializing_identical_data_keeps_the_same_file_content_and_version(
+    lifecycle: Lifecycle,
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    first = stored_hash(lifecycle.path("raw_flights"))
+    assert lifecycle.materialize().success
+    assert stored_hash(lifecycle.path("raw_flights")) == first
+    assert len(lifecycle.read("validated_flights")) == 943  # replaced, not appended
+
+
+def test_a_few_bad_rows_are_quarantined_with_their_rule_and_the_rest_published(
+    lifecycle: Lifecycle, drops
+):
+    flights = bundled_day("flights")
+    flights.loc[[3, 10], "distance"] = 99_999
+    flights.loc[20, "origin"] = "XXX"
+    write_csv_drop(drops, "flights", GOOD_DAY, flights)
+    lifecycle.load_dimensions()
+
+    result = lifecycle.materialize()
+
+    assert result.success
+    quarantined = lifecycle.read("quarantined_flights")
+    assert len(quarantined) == 3
+    assert quarantined.set_index("flight").rejected_by.to_dict() == {
+        flights.flight[3]: "distance.in_range[1,6000]",
+        flights.flight[10]: "distance.in_range[1,6000]",
+        flights.flight[20]: "origin.in_contract_set",
+    }
+    assert len(lifecycle.read("validated_flights")) == 943 - 3
+    check = check_evaluations(result)["flights_contract"]
+    assert check.passed
+    assert check.metadata["quarantined_rows"].value == 3

@@ -1,0 +1,108 @@
+"""The GX suites as plain functions: contracts validated directly, without Dagster."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from assets.contracts import FLIGHTS, WEATHER
+from resources.expectations import (
+    ColumnRule,
+    GreatExpectations,
+    RuleResult,
+    TableContract,
+    ValidationReport,
+)
+from resources.sources import BundledFlightsSource
+from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
+
+pytestmark = pytest.mark.unit
+CARRIERS = {"airlines.carrier": BundledFlightsSource().read_table("airlines").frame.carrier.tolist()}
+
+
+@pytest.fixture(scope="module")
+def gx_resource(tmp_path_factory: pytest.TempPathFactory) -> GreatExpectations:
+    return GreatExpectations(data_docs_dir=str(tmp_path_factory.mktemp("docs")))
+
+
+def validate_flights(gx_resource: GreatExpectations, frame: pd.DataFrame) -> ValidationReport:
+    return gx_resource.validate(
+        FLIGHTS, frame, partition=GOOD_DAY, window=DAY_WINDOW, references=CARRIERS
+    )
+
+
+def test_a_real_day_passes_every_rule_and_links_its_data_docs(gx_resource: GreatExpectations):
+    report = validate_flights(gx_resource, bundled_day("flights"))
+    assert report.passed, report.summary()
+    assert report.failed_rules == []
+    assert len(report.rules) > 40
+    assert report.data_docs_url is not None
+    assert Path(report.data_docs_url.removeprefix("file://")).is_file()
+
+
+def test_a_row_broken_twice_is_quarantined_once_with_both_rules(gx_resource: GreatExpectations):
+    frame = bundled_day("flights")
+    frame.loc[5, ["distance", "origin"]] = [-3, "XXX"]
+    frame.loc[9, "dest"] = "toolong"
+    report = validate_flights(gx_resource, frame)
+
+    assert report.passed  # 2 of 943 rows is within the 1% budget
+    assert report.rejected_rows == {5, 9}
+    assert report.rejection_reasons() == {
+        5: "distance.in_range[1,6000]; origin.in_contract_set",
+        9: "dest.matches_pattern",
+    }
+    assert "2 of 943 rows quarantined" in report.summary()
+
+
+def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
+    window = (pd.Timestamp("2013-02-12T05:00:00Z"), pd.Timestamp("2013-02-13T05:00:00Z"))
+    weather = bundled_day("weather", "2013-02-12")
+    report = gx_resource.validate(WEATHER, weather, partition="2013-02-12", window=window)
+
+    assert report.passed
+    [rule] = report.failed_rules
+    assert rule.rule == "wind_speed.in_range[0,150]"
+    assert rule.sample == ("1048.36058",)
+    assert weather.wind_speed[sorted(report.rejected_rows)].tolist() == [1048.36058]
+
+
+def test_validating_the_same_data_twice_runs_gx_once(gx_resource: GreatExpectations):
+    frame = bundled_day("flights")
+    first = validate_flights(gx_resource, frame)
+    assert validate_flights(gx_resource, frame.copy()) is first
+    frame.loc[0, "distance"] = 7_000
+    assert validate_flights(gx_resource, frame) is not first
+
+
+def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
+    with pytest.raises(ValueError, match="airlines.carrier"):
+        gx_resource.validate(FLIGHTS, bundled_day("flights"), partition=GOOD_DAY, window=DAY_WINDOW)
+
+
+def test_contracts_refuse_nonsense_by_field_name():
+    columns = (ColumnRule("id", "number"), ColumnRule("ts", "timestamp"))
+    with pytest.raises(ValueError, match="max_rejected_share"):
+        TableContract("t", columns, ("id",), "ts", min_rows=1, max_rejected_share=1.5)
+    with pytest.raises(ValueError, match="min_rows"):
+        TableContract("t", columns, ("id",), "ts", min_rows=0, max_rejected_share=0.1)
+    with pytest.raises(ValueError, match="unknown columns"):
+        TableContract("t", columns, ("nope",), "ts", min_rows=1, max_rejected_share=0.1)
+
+
+def report(*rules: RuleResult, rows: int = 100, budget: float = 0.05) -> ValidationReport:
+    return ValidationReport("t", GOOD_DAY, rows, budget, rules)
+
+
+def test_the_verdict_weighs_table_rules_and_the_quarantine_budget():
+    ok = RuleResult("rows.at_least_min_rows", "table", True, 0)
+    five_rows = RuleResult("x.not_null", "row", False, 5, rows=(1, 2, 3, 4, 5))
+    six_rows = RuleResult("y.not_null", "row", False, 1, rows=(5, 6))
+    table = RuleResult("columns.match_contract", "table", False, 1, observed="['a']")
+
+    assert report(ok, five_rows).passed  # exactly at the 5% budget
+    assert not report(ok, five_rows, six_rows).passed  # 6 distinct rows: over it
+    assert "6 of 100 rows broke row rules" in report(ok, five_rows, six_rows).summary()
+    assert not report(table).passed
+    assert "rule columns.match_contract (table): observed ['a']" in report(table).summary()
+    assert report(RuleResult("x", "row", False, 0), rows=0).rejected_share == 0.0
