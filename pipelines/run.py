@@ -18,8 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
-DEFAULT_START = "2013-01-01"
-DEFAULT_END = "2013-01-31"
+DEFAULT_START = "2013-01-15"
+DEFAULT_END = "2013-02-14"
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 

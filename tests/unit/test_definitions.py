@@ -27,13 +27,21 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
     assert keys == {
-        "raw_flights", "raw_weather", "planes", "airlines", "airports",
-        "validated_flights", "quarantined_flights", "validated_weather", "quarantined_weather",
+        "raw_flights",
+        "raw_weather",
+        "planes",
+        "airlines",
+        "airports",
+        "validated_flights",
+        "quarantined_flights",
+        "validated_weather",
+        "quarantined_weather",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {("raw_flights", "flights_contract"), ("raw_weather", "weather_contract")}
     assert graph.get(dg.AssetKey("validated_flights")).parent_keys == {
-        dg.AssetKey("raw_flights"), dg.AssetKey("airlines")
+        dg.AssetKey("raw_flights"),
+        dg.AssetKey("airlines"),
     }
     daily = defs.resolve_job_def("ingest_and_validate")
     assert daily.partitions_def is not None

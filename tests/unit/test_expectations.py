@@ -17,7 +17,9 @@ from resources.sources import BundledFlightsSource
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
 
 pytestmark = pytest.mark.unit
-CARRIERS = {"airlines.carrier": BundledFlightsSource().read_table("airlines").frame.carrier.tolist()}
+CARRIERS = {
+    "airlines.carrier": BundledFlightsSource().read_table("airlines").frame.carrier.tolist()
+}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ def test_validating_the_same_data_twice_runs_gx_once(gx_resource: GreatExpectati
 
 
 def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
-    with pytest.raises(ValueError, match="airlines.carrier"):
+    with pytest.raises(ValueError, match=r"airlines\.carrier"):
         gx_resource.validate(FLIGHTS, bundled_day("flights"), partition=GOOD_DAY, window=DAY_WINDOW)
 
 
