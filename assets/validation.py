@@ -6,8 +6,9 @@ report when the check already ran on the same data) and refuses a failing partit
 The previously published version of a refused partition is never touched.
 """
 
+import datetime as dt
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -38,21 +39,16 @@ def audit(
     airlines_frame: "pd.DataFrame | None" = None,
 ) -> ValidationReport:
     """Validate one raw partition against its contract."""
-    import pandas as pd
-
     partition_key = context.partition_key
     window = daily_partitions.time_window_for_partition_key(partition_key)
     references = {}
     if airlines_frame is not None:
         references["airlines.carrier"] = airlines_frame["carrier"].dropna().tolist()
-    return expectations.validate(
+    return expectations.validate_partition(
         contract,
         raw,
         partition=partition_key,
-        window=(
-            pd.Timestamp(window.start).tz_convert("UTC"),
-            pd.Timestamp(window.end).tz_convert("UTC"),
-        ),
+        window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
         references=references,
     )
 
@@ -65,7 +61,7 @@ def check_result(report: ValidationReport) -> dg.AssetCheckResult:
         f" | {r.error or ', '.join(r.sample)} |"
         for r in failed
     )
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "partition": report.partition,
         "rows": report.row_count,
         "rules_checked": len(report.rules),

@@ -51,8 +51,8 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization
             rows = materialization.metadata.get("dagster/row_count")
-            if rows is not None:
-                outcome.rows[materialization.asset_key.to_user_string()] = int(rows.value)
+            if isinstance(rows, dg.IntMetadataValue) and rows.value is not None:
+                outcome.rows[materialization.asset_key.to_user_string()] = rows.value
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = event.asset_check_evaluation_data
             if not evaluation.passed:
@@ -93,7 +93,7 @@ def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Run the lifecycle on the bundled data.")
     parser.add_argument("--start", default=DEFAULT_START, help="first day (YYYY-MM-DD)")
     parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
     args = parser.parse_args(argv)

@@ -210,7 +210,7 @@ class GreatExpectations(dg.ConfigurableResource):
         default=True, description="Render each validation into the Data Docs site."
     )
 
-    def validate(
+    def validate_partition(
         self,
         contract: TableContract,
         frame: "pd.DataFrame",
@@ -441,7 +441,7 @@ def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[Ru
             out.append(rule)
         elif column in mistyped and rule.rule.endswith(".is_number"):
             values = frame[column]
-            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+            bad = values.notna() & pd.Series(pd.to_numeric(values, errors="coerce")).isna()
             sample = tuple(repr(v) for v in values[bad].head(SAMPLE_SIZE))
             out.append(
                 replace(

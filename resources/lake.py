@@ -37,13 +37,13 @@ def safe_component(name: str, *, what: str) -> str:
 
 def content_hash(frame: "pd.DataFrame") -> str:
     """sha256 over column names, dtypes and values; independent of the file format's bytes."""
-    import pandas as pd
+    from pandas.util import hash_pandas_object
 
     digest = hashlib.sha256()
     for column in frame.columns:
         digest.update(f"{column}\x1f{frame[column].dtype}\x1e".encode())
     if len(frame):
-        digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+        digest.update(hash_pandas_object(frame, index=False).to_numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -185,7 +185,5 @@ def _bundled_days(table: str) -> "dict[dt.date, pd.DataFrame]":
     missing = {"year", "month", "day"} - set(frame.columns)
     if missing:
         raise SourceError(f"bundled table {table!r} has no day columns {sorted(missing)}")
-    return {
-        dt.date(int(year), int(month), int(day)): rows
-        for (year, month, day), rows in frame.groupby(["year", "month", "day"], sort=False)
-    }
+    days = frame.groupby(["year", "month", "day"], sort=False)
+    return {dt.date(*(int(part) for part in key)): rows for key, rows in days}  # type: ignore[misc]

@@ -28,7 +28,7 @@ def gx_resource(tmp_path_factory: pytest.TempPathFactory) -> GreatExpectations:
 
 
 def validate_flights(gx_resource: GreatExpectations, frame: pd.DataFrame) -> ValidationReport:
-    return gx_resource.validate(
+    return gx_resource.validate_partition(
         FLIGHTS, frame, partition=GOOD_DAY, window=DAY_WINDOW, references=CARRIERS
     )
 
@@ -60,7 +60,7 @@ def test_a_row_broken_twice_is_quarantined_once_with_both_rules(gx_resource: Gre
 def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
     window = (pd.Timestamp("2013-02-12T05:00:00Z"), pd.Timestamp("2013-02-13T05:00:00Z"))
     weather = bundled_day("weather", "2013-02-12")
-    report = gx_resource.validate(WEATHER, weather, partition="2013-02-12", window=window)
+    report = gx_resource.validate_partition(WEATHER, weather, partition="2013-02-12", window=window)
 
     assert report.passed
     [rule] = report.failed_rules
@@ -79,7 +79,9 @@ def test_validating_the_same_data_twice_runs_gx_once(gx_resource: GreatExpectati
 
 def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
     with pytest.raises(ValueError, match=r"airlines\.carrier"):
-        gx_resource.validate(FLIGHTS, bundled_day("flights"), partition=GOOD_DAY, window=DAY_WINDOW)
+        gx_resource.validate_partition(
+            FLIGHTS, bundled_day("flights"), partition=GOOD_DAY, window=DAY_WINDOW
+        )
 
 
 def test_contracts_refuse_nonsense_by_field_name():
