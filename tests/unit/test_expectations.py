@@ -69,14 +69,6 @@ def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpecta
     assert weather.wind_speed[sorted(report.rejected_rows)].tolist() == [1048.36058]
 
 
-def test_validating_the_same_data_twice_runs_gx_once(gx_resource: GreatExpectations):
-    frame = bundled_day("flights")
-    first = validate_flights(gx_resource, frame)
-    assert validate_flights(gx_resource, frame.copy()) is first
-    frame.loc[0, "distance"] = 7_000
-    assert validate_flights(gx_resource, frame) is not first
-
-
 def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
     with pytest.raises(ValueError, match=r"airlines\.carrier"):
         gx_resource.validate_partition(
