@@ -37,6 +37,8 @@ def audit(
     contract: TableContract,
     raw: "pd.DataFrame",
     airlines_frame: "pd.DataFrame | None" = None,
+    *,
+    data_docs: bool = True,
 ) -> ValidationReport:
     """Validate one raw partition against its contract."""
     partition_key = context.partition_key
@@ -50,6 +52,7 @@ def audit(
         partition=partition_key,
         window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
         references=references,
+        data_docs=data_docs,
     )
 
 
@@ -170,7 +173,7 @@ def publish_flights(
     airlines,
     expectations: GreatExpectations,
 ):
-    report = audit(context, expectations, FLIGHTS, raw_flights, airlines)
+    report = audit(context, expectations, FLIGHTS, raw_flights, airlines, data_docs=False)
     published, quarantined = split(raw_flights, report)
     yield dg.Output(
         flag_cancellations(published),
@@ -203,7 +206,7 @@ def publish_flights(
 def publish_weather(
     context: dg.AssetExecutionContext, raw_weather, expectations: GreatExpectations
 ):
-    report = audit(context, expectations, WEATHER, raw_weather)
+    report = audit(context, expectations, WEATHER, raw_weather, data_docs=False)
     published, quarantined = split(raw_weather, report)
     yield dg.Output(published, "validated_weather")
     yield dg.Output(quarantined, "quarantined_weather")

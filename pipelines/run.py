@@ -32,6 +32,9 @@ class DayOutcome:
     success: bool
     rows: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    """Why the day was refused: failed checks and steps."""
+    quarantines: list[str] = field(default_factory=list)
+    """Which rules quarantined rows of a published day."""
 
 
 def ensure_dagster_home(home: Path, repo_root: Path) -> Path:
@@ -55,8 +58,11 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
                 outcome.rows[materialization.asset_key.to_user_string()] = rows.value
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = event.asset_check_evaluation_data
+            quarantined = evaluation.metadata.get("quarantined_rows")
             if not evaluation.passed:
                 outcome.problems.append(evaluation.description or evaluation.check_name)
+            elif isinstance(quarantined, dg.IntMetadataValue) and quarantined.value:
+                outcome.quarantines.append(evaluation.description or evaluation.check_name)
         elif event.is_step_failure:
             error = event.step_failure_data.error
             outcome.problems.append(
@@ -82,8 +88,8 @@ def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> Non
         f" {total('quarantined_weather')} quarantined"
     )
     for outcome in outcomes:
-        for problem in outcome.problems:
-            print("  " + problem.replace("\n", "\n  "))
+        for line in outcome.quarantines + outcome.problems:
+            print("  " + line.replace("\n", "\n  "))
     print()
     print(f"Results (all under {home}):")
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")

@@ -225,11 +225,13 @@ class GreatExpectations(dg.ConfigurableResource):
         partition: str,
         window: tuple[dt.datetime, dt.datetime],
         references: Mapping[str, Sequence[Any]] | None = None,
+        data_docs: bool = True,
     ) -> ValidationReport:
         """Validate one partition's frame against `contract`.
 
         `window` is the partition's [start, end) as UTC-aware datetimes; `references` holds the
-        sets named by `allowed_from`.
+        sets named by `allowed_from`; `data_docs=False` skips rendering the Data Docs page
+        (publishing re-validates what the check already rendered).
 
         Two passes: every rule first with GX's cheapest result format (pass/fail only), then
         only the rules that failed again with full detail (counts, samples, row positions).
@@ -253,7 +255,7 @@ class GreatExpectations(dg.ConfigurableResource):
             result_format="BOOLEAN_ONLY",
             run_id=gx.RunIdentifier(run_name=f"{contract.table}-{partition}"),
         )
-        url = self._publish(context) if self.build_data_docs else None
+        url = self._publish(context) if self.build_data_docs and data_docs else None
         outcomes = {_rule_name(o): o for o in screening.results}
         failed = [e for e in definition.suite.expectations if not outcomes[e.meta[_RULE]].success]
         if failed:
@@ -470,7 +472,7 @@ def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[Ru
             )
         elif column in mistyped:
             out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
-        elif rule.error is None and (rule.observed is None or rule.observed == "None"):
+        elif rule.level == "table" and rule.error is None and rule.observed in (None, "None"):
             observed = f"column of type {frame[column].dtype} on {len(frame)} rows"
             if rule.rule.endswith("utc_aware_within_partition_day"):
                 observed += " (timestamps must be UTC-aware)"

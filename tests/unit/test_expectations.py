@@ -66,6 +66,9 @@ def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpecta
     [rule] = report.failed_rules
     assert rule.rule == "wind_speed.in_range[0,150]"
     assert rule.sample == ("1048.36058",)
+    assert (
+        "rule wind_speed.in_range[0,150] (row): 1 of 72 rows; e.g. 1048.36058" in report.summary()
+    )
     assert weather.wind_speed[sorted(report.rejected_rows)].tolist() == [1048.36058]
 
 
