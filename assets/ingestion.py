@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 INGESTION = "ingestion"
+KINDS = {"pandas", "parquet"}
 
 
 def _ingest_day(
@@ -32,37 +33,37 @@ def _ingest_day(
     return drop.frame
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name=INGESTION,
-    kinds={"pandas", "parquet"},
-    code_version="1",
-    io_manager_key="lake",
-)
-def raw_flights(context: dg.AssetExecutionContext, source: RawSource):
-    """The day's scheduled departures from New York airports, exactly as delivered."""
-    return _ingest_day(context, source, FLIGHTS)
+def _raw_day(contract: TableContract, description: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=f"raw_{contract.table}",
+        description=description,
+        partitions_def=daily_partitions,
+        code_version="1",
+        group_name=INGESTION,
+        kinds=KINDS,
+        io_manager_key="lake",
+    )
+    def _ingest(context: dg.AssetExecutionContext, source: RawSource):
+        return _ingest_day(context, source, contract)
+
+    return _ingest
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name=INGESTION,
-    kinds={"pandas", "parquet"},
-    code_version="1",
-    io_manager_key="lake",
+raw_flights = _raw_day(
+    FLIGHTS, "The day's scheduled departures from New York airports, exactly as delivered."
 )
-def raw_weather(context: dg.AssetExecutionContext, source: RawSource):
-    """The day's hourly weather at the origin airports, exactly as the source delivered it."""
-    return _ingest_day(context, source, WEATHER)
+raw_weather = _raw_day(
+    WEATHER, "The day's hourly weather at the origin airports, exactly as delivered."
+)
 
 
 def _dimension(name: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(
         name=name,
         description=description,
-        group_name=INGESTION,
-        kinds={"pandas", "parquet"},
         code_version="1",
+        group_name=INGESTION,
+        kinds=KINDS,
         io_manager_key="lake",
     )
     def _load(context: dg.AssetExecutionContext, source: RawSource):

@@ -142,66 +142,53 @@ def weather_contract(
     return check_result(audit(context, expectations, WEATHER, raw_weather))
 
 
-_PUBLISH = {
-    "partitions_def": daily_partitions,
-    "group_name": VALIDATION,
-    "can_subset": False,
-}
+def _publication(table: str, validated: str) -> dict[str, Any]:
+    """The settings shared by the publishing multi-assets: one published and one quarantined
+    table per raw table, daily, written to the lake together."""
+    return {
+        "outs": {
+            f"validated_{table}": dg.AssetOut(
+                io_manager_key="lake",
+                kinds={"pandas", "great_expectations"},
+                code_version="1",
+                description=validated,
+            ),
+            f"quarantined_{table}": dg.AssetOut(
+                io_manager_key="lake",
+                kinds={"pandas"},
+                code_version="1",
+                description=f"Rows of a published {table} day that broke row rules (rejected_by).",
+            ),
+        },
+        "partitions_def": daily_partitions,
+        "group_name": VALIDATION,
+        "can_subset": False,
+    }
 
 
 @dg.multi_asset(
-    outs={
-        "validated_flights": dg.AssetOut(
-            io_manager_key="lake",
-            kinds={"pandas", "great_expectations"},
-            code_version="1",
-            description="Flights of a day that passed the flights suite; cancellations flagged.",
-        ),
-        "quarantined_flights": dg.AssetOut(
-            io_manager_key="lake",
-            kinds={"pandas"},
-            code_version="1",
-            description="Rows of a published day that broke row rules, named in rejected_by.",
-        ),
-    },
     ins={"raw_flights": dg.AssetIn(raw_flights.key), "airlines": dg.AssetIn(airlines.key)},
-    **_PUBLISH,
+    **_publication(
+        "flights", "Flights of a day that passed the flights suite; cancellations flagged."
+    ),
 )
 def publish_flights(
-    context: dg.AssetExecutionContext,
-    raw_flights,
-    airlines,
-    expectations: GreatExpectations,
+    context: dg.AssetExecutionContext, raw_flights, airlines, expectations: GreatExpectations
 ):
     report = audit(context, expectations, FLIGHTS, raw_flights, airlines, data_docs=False)
     published, quarantined = split(raw_flights, report)
-    yield dg.Output(
-        flag_cancellations(published),
-        "validated_flights",
-        metadata={
-            "cancelled": int(published["dep_time"].isna().sum()),
-        },
-    )
+    flagged = flag_cancellations(published)
+    metadata = {
+        "cancelled": int(flagged["cancelled"].sum()),
+        "diverted": int(flagged["diverted"].sum()),
+    }
+    yield dg.Output(flagged, "validated_flights", metadata=metadata)
     yield dg.Output(quarantined, "quarantined_flights")
 
 
 @dg.multi_asset(
-    outs={
-        "validated_weather": dg.AssetOut(
-            io_manager_key="lake",
-            kinds={"pandas", "great_expectations"},
-            code_version="1",
-            description="Hourly weather of a day that passed the weather suite.",
-        ),
-        "quarantined_weather": dg.AssetOut(
-            io_manager_key="lake",
-            kinds={"pandas"},
-            code_version="1",
-            description="Weather rows of a published day that broke a row rule, with the reason.",
-        ),
-    },
     ins={"raw_weather": dg.AssetIn(raw_weather.key)},
-    **_PUBLISH,
+    **_publication("weather", "Hourly weather of a day that passed the weather suite."),
 )
 def publish_weather(
     context: dg.AssetExecutionContext, raw_weather, expectations: GreatExpectations
