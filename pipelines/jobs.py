@@ -2,8 +2,6 @@
 
 import dagster as dg
 
-from pipelines.partitions import daily_partitions
-
 dimensions_job = dg.define_asset_job(
     "load_dimensions",
     selection=dg.AssetSelection.assets("planes", "airlines", "airports"),
@@ -14,6 +12,5 @@ daily_ingestion_job = dg.define_asset_job(
     "ingest_and_validate",
     selection=dg.AssetSelection.groups("ingestion", "validation").required_multi_asset_neighbors()
     - dg.AssetSelection.assets("planes", "airlines", "airports"),
-    partitions_def=daily_partitions,
     description="Ingest one day's raw tables, audit them with GX and publish what passes.",
 )

@@ -38,7 +38,10 @@ def raw_bytes(content: Callable[[], bytes], suffix: str = ".csv") -> Callable[[P
 
 def rows(column: str, value: object) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def change(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.astype({column: object}) if isinstance(value, str) else frame
+        if isinstance(value, str) or value is None:
+            frame = frame.astype({column: object})
+        elif isinstance(value, float):
+            frame = frame.astype({column: float})
         frame.iloc[BAD, frame.columns.get_loc(column)] = value
         return frame
 
