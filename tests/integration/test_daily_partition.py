@@ -73,3 +73,17 @@ def test_a_few_bad_rows_are_quarantined_with_their_rule_and_the_rest_published(
     check = check_evaluations(result)["flights_contract"]
     assert check.passed
     assert check.metadata["quarantined_rows"].value == 3
+
+
+def test_a_csv_cut_off_mid_row_loses_no_row_silently(lifecycle: Lifecycle, drops):
+    path = write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights"))
+    lines = path.read_text().splitlines()
+    last = lines[-1].split(",")
+    path.write_text("\n".join([*lines[:-1], ",".join(last[:10])]))  # the transfer stopped here
+    lifecycle.load_dimensions()
+
+    assert lifecycle.materialize().success
+    quarantined = lifecycle.read("quarantined_flights")
+    assert len(quarantined) == 1
+    assert "time_hour.not_null" in quarantined.rejected_by[0]
+    assert len(lifecycle.read("validated_flights")) == 943 - 1
