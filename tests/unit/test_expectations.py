@@ -108,3 +108,20 @@ def test_the_verdict_weighs_table_rules_and_the_quarantine_budget():
     assert not report(table).passed
     assert "rule columns.match_contract (table): observed ['a']" in report(table).summary()
     assert report(RuleResult("x", "row", False, 0), rows=0).rejected_share == 0.0
+
+
+def test_validations_leave_nothing_behind_in_gx_memory(gx_resource: GreatExpectations):
+    from resources.expectations import _gx_context
+
+    for data_docs in (True, False, True):
+        validate_flights(gx_resource, bundled_day("flights"))
+        gx_resource.validate_partition(
+            FLIGHTS,
+            bundled_day("flights"),
+            partition=GOOD_DAY,
+            window=DAY_WINDOW,
+            references=CARRIERS,
+            data_docs=data_docs,
+        )
+    # A year of partitions must not pile up results in the process's in-memory store.
+    assert _gx_context(gx_resource.data_docs_dir).validation_results_store.list_keys() == []
