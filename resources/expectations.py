@@ -249,8 +249,9 @@ class GreatExpectations(dg.ConfigurableResource):
 
         context = _gx_context(self.data_docs_dir)
         definition = _validation_definition(self.data_docs_dir, contract)
-        batch = definition.data.get_batch(batch_parameters={"dataframe": frame})
-        url = None
+        # Building a batch fingerprints the whole frame: build it only where it is used.
+        get_batch = functools.partial(definition.data.get_batch, {"dataframe": frame})
+        batch, url = None, None
         if self.build_data_docs and data_docs:
             # Only a ValidationDefinition run lands in the results store Data Docs render from.
             screening = definition.run(
@@ -261,13 +262,14 @@ class GreatExpectations(dg.ConfigurableResource):
             )
             url = self._publish(context)
         else:
+            batch = get_batch()
             screening = batch.validate(
                 definition.suite, result_format="BOOLEAN_ONLY", expectation_parameters=parameters
             )
         outcomes = {_rule_name(o): o for o in screening.results}
         failed = [e for e in definition.suite.expectations if not outcomes[e.meta[_RULE]].success]
         if failed:
-            detail = batch.validate(
+            detail = (batch or get_batch()).validate(
                 gx.ExpectationSuite(
                     name=f"{contract.table}_failures", expectations=[copy.copy(e) for e in failed]
                 ),
