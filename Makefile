@@ -31,15 +31,17 @@ $(ENV_STAMP): requirements.lock pyproject.toml
 
 venv: $(ENV_STAMP)
 
-run: $(ENV_STAMP)
-	@mkdir -p $(DAGSTER_HOME)
+# The instance's configuration, kept in the repo, copied where Dagster reads it.
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	@install -D -m 644 $< $@
+
+run: $(ENV_STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m pipelines.run
 
 test: $(ENV_STAMP)
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
-dev: $(ENV_STAMP)
-	@mkdir -p $(DAGSTER_HOME)
+dev: $(ENV_STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
 
 bench: $(ENV_STAMP)
