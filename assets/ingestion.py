@@ -33,16 +33,21 @@ def _ingest_day(
     return drop.frame
 
 
-def _raw_day(contract: TableContract, description: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        name=f"raw_{contract.table}",
+def _lake_asset(name: str, description: str, partitions_def: dg.PartitionsDefinition | None = None):
+    """The decorator every ingested table shares: its group, kinds and the lake it lands in."""
+    return dg.asset(
+        name=name,
         description=description,
-        partitions_def=daily_partitions,
+        partitions_def=partitions_def,
         code_version="1",
         group_name=INGESTION,
         kinds=KINDS,
         io_manager_key="lake",
     )
+
+
+def _raw_day(contract: TableContract, description: str) -> dg.AssetsDefinition:
+    @_lake_asset(f"raw_{contract.table}", description, daily_partitions)
     def _ingest(context: dg.AssetExecutionContext, source: RawSource):
         return _ingest_day(context, source, contract)
 
@@ -58,14 +63,7 @@ raw_weather = _raw_day(
 
 
 def _dimension(name: str, description: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        name=name,
-        description=description,
-        code_version="1",
-        group_name=INGESTION,
-        kinds=KINDS,
-        io_manager_key="lake",
-    )
+    @_lake_asset(name, description)
     def _load(context: dg.AssetExecutionContext, source: RawSource):
         try:
             table = source.read_table(name)

@@ -73,7 +73,10 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
 
 def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> None:
     published = [o for o in outcomes if o.success]
-    total = lambda key: sum(o.rows.get(key, 0) for o in outcomes)  # noqa: E731
+
+    def total(asset: str) -> int:
+        return sum(o.rows.get(asset, 0) for o in outcomes)
+
     print()
     print(
         f"Ingested and validated {len(outcomes)} day(s) in {seconds:.1f} s:"

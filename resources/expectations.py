@@ -30,7 +30,6 @@ from pydantic import Field
 if TYPE_CHECKING:
     import pandas as pd
 
-log = logging.getLogger(__name__)
 
 ColumnKind = Literal["number", "text", "timestamp"]
 
@@ -484,7 +483,7 @@ def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[Ru
             )
         elif column in mistyped:
             out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
-        elif rule.level == "table" and rule.error is None and rule.observed in (None, "None"):
+        elif rule.level == "table" and rule.error is None and rule.observed is None:
             observed = f"column of type {frame[column].dtype} on {len(frame)} rows"
             if rule.rule.endswith("utc_aware_within_partition_day"):
                 observed += " (timestamps must be UTC-aware)"
