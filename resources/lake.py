@@ -7,7 +7,6 @@ hash is reported to Dagster as the asset's data version: re-materializing identi
 the version, so nothing downstream turns stale for no reason.
 """
 
-import hashlib
 import os
 import re
 import tempfile
@@ -37,14 +36,9 @@ def safe_component(name: str, *, what: str) -> str:
 
 def content_hash(frame: "pd.DataFrame") -> str:
     """sha256 over column names, dtypes and values; independent of the file format's bytes."""
-    from pandas.util import hash_pandas_object
+    from ml.dataset import fingerprint
 
-    digest = hashlib.sha256()
-    for column in frame.columns:
-        digest.update(f"{column}\x1f{frame[column].dtype}\x1e".encode())
-    if len(frame):
-        digest.update(hash_pandas_object(frame, index=False).to_numpy().tobytes())
-    return digest.hexdigest()
+    return fingerprint(frame)
 
 
 def write_parquet_atomically(frame: "pd.DataFrame", path: Path) -> str:
@@ -132,6 +126,8 @@ class ParquetLake(dg.ConfigurableIOManager):
             self._read(self.path_for(asset_key, key), asset_key, key)
             for key in context.asset_partition_keys
         ]
+        if not frames:  # a window reaching before the first partition, e.g. trailing history
+            return pd.DataFrame()
         if len(frames) == 1:
             return frames[0]
         return pd.concat(frames, ignore_index=True)

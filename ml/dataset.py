@@ -1,0 +1,127 @@
+"""Training sets: entity rows with their label, a deterministic time-based split, and a
+fingerprint of the rows. Generic: what is joined comes from a FeatureService, what is predicted
+from a `LabelSpec`; nothing here knows about flights."""
+
+import datetime as dt
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+SPLITS = ("train", "validation", "test")
+SPLIT_COLUMN = "split"
+
+
+@dataclass(frozen=True)
+class LabelSpec:
+    """Where the label comes from: a feature view of outcomes, one of its fields, and the
+    timestamp column that entity rows carry into the point-in-time join."""
+
+    view: str
+    """Feature view whose source rows are the entity rows (it is never served online)."""
+    label: str
+    """Field of `view` holding the label (0/1); rows where it is null are left out."""
+    event_timestamp: str = "event_timestamp"
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Train on the past, validate on the near future, test on the future after that.
+
+    Days are local calendar days of the data (`timezone`); each bound is the first day of its
+    part, `end` the first day after the test part."""
+
+    start: dt.date
+    validation_start: dt.date
+    test_start: dt.date
+    end: dt.date
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        bounds = ("start", "validation_start", "test_start", "end")
+        for earlier, later in itertools.pairwise(bounds):
+            if getattr(self, earlier) >= getattr(self, later):
+                raise ValueError(
+                    f"{later} ({getattr(self, later)}) must be after {earlier}"
+                    f" ({getattr(self, earlier)})"
+                )
+
+    def instant(self, day: dt.date) -> dt.datetime:
+        return pd.Timestamp(day).tz_localize(self.timezone).tz_convert("UTC").to_pydatetime()
+
+    def assign(self, timestamps: pd.Series) -> pd.Series:
+        """The part of each event timestamp; every timestamp must lie in [start, end)."""
+        utc = pd.to_datetime(timestamps, utc=True)
+        cuts = [self.instant(d) for d in (self.start, self.validation_start, self.test_start)]
+        outside = (utc < cuts[0]) | (utc >= self.instant(self.end))
+        if outside.any():
+            raise ValueError(
+                f"{int(outside.sum())} event timestamp(s) outside [{self.start}, {self.end})"
+            )
+        part = pd.Series(SPLITS[0], index=timestamps.index, dtype="string")
+        part = part.mask(utc >= cuts[1], SPLITS[1]).mask(utc >= cuts[2], SPLITS[2])
+        return part
+
+
+@dataclass(frozen=True)
+class TrainingSetSummary:
+    """What a person checks before training on a set."""
+
+    rows: dict[str, int]
+    positives: dict[str, int]
+    unlabelled_rows: int
+    null_features: dict[str, int] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def positive_rate(self, split: str) -> float | None:
+        return self.positives[split] / self.rows[split] if self.rows[split] else None
+
+
+def labelled_rows(
+    rows: pd.DataFrame, spec: LabelSpec, join_keys: list[str]
+) -> tuple[pd.DataFrame, int]:
+    """Entity rows: the join keys, event timestamp and label of the rows that have a label, in a
+    fixed order; and how many rows were left out. Other fields of the label view (they may
+    describe the outcome itself) never reach the training set."""
+    missing = [c for c in [*join_keys, spec.event_timestamp, spec.label] if c not in rows.columns]
+    if missing:
+        raise ValueError(f"label view {spec.view!r} lacks the entity column(s) {missing}")
+    labelled = rows.loc[rows[spec.label].notna(), [*join_keys, spec.event_timestamp, spec.label]]
+    ordered = labelled.sort_values([spec.event_timestamp, *join_keys], kind="stable")
+    return ordered.reset_index(drop=True).astype({spec.label: "int64"}), len(rows) - len(labelled)
+
+
+def assemble(
+    joined: pd.DataFrame,
+    spec: LabelSpec,
+    split: TimeSplit,
+    feature_columns: list[str],
+    unlabelled_rows: int,
+) -> tuple[pd.DataFrame, TrainingSetSummary]:
+    """The training set (features, label, split) and its summary."""
+    frame = joined.assign(**{SPLIT_COLUMN: split.assign(joined[spec.event_timestamp])})
+    rows = frame[SPLIT_COLUMN].value_counts()
+    positives = frame.groupby(SPLIT_COLUMN, observed=True)[spec.label].sum()
+    nulls = frame[feature_columns].isna().sum()
+    summary = TrainingSetSummary(
+        rows={s: int(rows.get(s, 0)) for s in SPLITS},
+        positives={s: int(positives.get(s, 0)) for s in SPLITS},
+        unlabelled_rows=unlabelled_rows,
+        null_features={str(c): int(n) for c, n in nulls.items() if n},
+        fingerprint=fingerprint(frame),
+    )
+    return frame, summary
+
+
+def fingerprint(frame: pd.DataFrame) -> str:
+    """sha256 over column names, dtypes and values, row order included; independent of any file
+    format, so a dataset read back from Parquet has the fingerprint it was written with."""
+    from pandas.util import hash_pandas_object
+
+    digest = hashlib.sha256()
+    for column in frame.columns:
+        digest.update(f"{column}\x1f{frame[column].dtype}\x1e".encode())
+    if len(frame):
+        digest.update(hash_pandas_object(frame, index=False).to_numpy().tobytes())
+    return digest.hexdigest()

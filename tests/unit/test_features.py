@@ -1,0 +1,186 @@
+"""Feature engineering as plain functions: labels, leak-freedom of the history, the landing
+instant, aircraft and weather gaps, the calendar."""
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml import features
+from resources.sources import BundledFlightsSource
+
+pytestmark = pytest.mark.unit
+
+DAYS = [dt.date(2013, 2, 1) + dt.timedelta(days=i) for i in range(31)]
+
+
+@pytest.fixture(scope="module")
+def month() -> pd.DataFrame:
+    source = BundledFlightsSource()
+    return pd.concat(
+        [source.read_day("flights", d, timestamp_columns=["time_hour"]).frame for d in DAYS],
+        ignore_index=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def airports() -> pd.DataFrame:
+    return BundledFlightsSource().read_table("airports").frame
+
+
+def flight(**overrides) -> dict:
+    """One delivered flight row: JFK→LAX, 2013-01-10 at 21:00 New York time, on time."""
+    row = {
+        "year": 2013,
+        "month": 1,
+        "day": 10,
+        "dep_time": 2100.0,
+        "sched_dep_time": 2100,
+        "dep_delay": 0.0,
+        "arr_time": 2350.0,
+        "sched_arr_time": 2350,
+        "arr_delay": 0.0,
+        "carrier": "AA",
+        "flight": 1,
+        "tailnum": "N1",
+        "origin": "JFK",
+        "dest": "LAX",
+        "air_time": 330.0,
+        "distance": 2475,
+        "hour": 21,
+        "minute": 0,
+        "time_hour": pd.Timestamp("2013-01-11T02:00:00Z"),
+    }
+    return {**row, **overrides}
+
+
+def test_the_landing_instant_comes_from_the_local_clock_at_the_destination(airports):
+    # Departs 21:30 EST, 330 min airborne → 00:00 PST; the gate clock reads 00:12 PST next day.
+    late = pd.DataFrame([flight(dep_delay=30.0, arr_time=12.0, arr_delay=22.0)])
+    landed = features._arrival_instant(late, airports)
+    assert landed.iloc[0] == pd.Timestamp("2013-01-11T08:12:00Z")
+
+
+def test_a_flight_counts_in_the_history_only_from_the_day_after_it_landed(airports):
+    on_time = flight()  # lands 23:50 PST = 02:50 EST on Jan 11
+    frame = pd.DataFrame([on_time])
+    day_11 = features.delay_history(frame, airports, [dt.date(2013, 1, 11)], ["carrier"])
+    day_12 = features.delay_history(frame, airports, [dt.date(2013, 1, 12)], ["carrier"])
+    assert day_11.frame.empty  # landed after Jan 11 began in New York: unknown at its midnight
+    assert day_12.frame["arrivals_7d"].tolist() == [1]
+
+
+def test_history_rates_count_arrivals_delays_and_cancellations_per_window(airports):
+    rows = [
+        flight(day=9, time_hour=pd.Timestamp("2013-01-10T02:00:00Z"), arr_delay=20.0),
+        flight(day=9, flight=2, time_hour=pd.Timestamp("2013-01-10T02:00:00Z"), arr_delay=-5.0),
+        flight(day=8, flight=3, time_hour=pd.Timestamp("2013-01-09T02:00:00Z"), dep_time=np.nan,
+               dep_delay=np.nan, arr_time=np.nan, arr_delay=np.nan, air_time=np.nan),
+        flight(day=1, flight=4, time_hour=pd.Timestamp("2013-01-02T02:00:00Z"), arr_delay=60.0),
+    ]  # fmt: skip
+    table = features.delay_history(
+        pd.DataFrame(rows), airports, [dt.date(2013, 1, 11)], ["carrier"]
+    )
+    got = table.frame.iloc[0]
+    assert got["event_timestamp"] == pd.Timestamp("2013-01-11T05:00:00Z")  # local midnight
+    assert (got["flights_7d"], got["arrivals_7d"]) == (3, 2)
+    assert got["delay_rate_7d"] == 0.5 and got["mean_arr_delay_7d"] == 7.5
+    assert got["cancel_rate_7d"] == pytest.approx(1 / 3)
+    assert (got["flights_28d"], got["arrivals_28d"], got["delay_rate_28d"]) == (4, 3, 2 / 3)
+
+
+def test_no_outcome_unknown_at_midnight_changes_that_days_history(month, airports):
+    day = dt.date(2013, 2, 20)
+    midnight = features.day_start(day)
+    before = features.delay_history(month, airports, [day], ["origin", "dest"]).frame
+    # Independent of how the module finds landing instants: departure plus airborne time is a
+    # lower bound of the landing, so these flights were certainly not down by midnight.
+    departed = features.scheduled_departure(month) + pd.to_timedelta(month["dep_delay"], "min")
+    airborne_end = departed + pd.to_timedelta(month["air_time"], "min")
+    unknown = (airborne_end >= midnight) | (features.scheduled_departure(month) >= midnight)
+    assert unknown.sum() > 5_000 and (airborne_end < midnight).sum() > 15_000
+    tampered = month.copy()
+    tampered.loc[unknown, "arr_delay"] = 999.0
+    tampered.loc[unknown & (airborne_end.isna()), "dep_time"] = np.nan
+    after = features.delay_history(tampered, airports, [day], ["origin", "dest"]).frame
+    pd.testing.assert_frame_equal(before, after)
+
+
+def test_an_unknown_destination_time_zone_delays_the_flight_by_a_day_not_a_leak(airports):
+    puerto_rico = pd.DataFrame([flight(dest="SJU", arr_time=330.0)])
+    known = features._known_outcomes(puerto_rico, airports)
+    assert known["tz_unknown"].tolist() == [True]
+    assert known["known_from"].tolist() == [pd.Timestamp("2013-01-12")]
+
+
+def test_the_label_is_delay_of_15_minutes_or_more_and_null_without_an_arrival():
+    rows = pd.DataFrame(
+        [
+            flight(arr_delay=15.0),
+            flight(flight=2, arr_delay=14.0),
+            flight(flight=3, dep_time=np.nan, arr_delay=np.nan),  # cancelled
+            flight(flight=4, arr_delay=np.nan),  # diverted
+        ]
+    )
+    out = features.flight_outcomes(rows)
+    by_flight = out.frame.set_index("flight_id")
+    assert by_flight["arrival_delayed"].tolist() == [1, 0, pd.NA, pd.NA]
+    assert by_flight["cancelled"].tolist() == [False, False, True, False]
+    assert out.counts == {
+        "flights": 4,
+        "labelled": 2,
+        "delayed": 1,
+        "cancelled_unlabelled": 1,
+        "diverted_unlabelled": 1,
+    }
+
+
+def test_unknown_tail_numbers_get_no_aircraft_row_and_are_counted():
+    planes = pd.DataFrame(
+        [{"tailnum": "N1", "year": 2000, "seats": 100, "engines": 2, "type": "T", "engine": "E"}]
+    )
+    rows = pd.DataFrame(
+        [flight(), flight(flight=2, tailnum="N404"), flight(flight=3, tailnum=None)]
+    )
+    table = features.aircraft_features(rows, planes)
+    assert table.frame["tailnum"].tolist() == ["N1"]
+    assert table.frame["aircraft_age_years"].tolist() == [13.0]
+    assert table.frame["event_timestamp"].tolist() == [pd.Timestamp("2013-01-10T05:00:00Z")]
+    assert table.counts == {"aircraft": 1, "unknown_tailnums": 1, "no_tailnum": 1}
+
+
+def test_missing_weather_hours_are_counted_on_dst_days_too():
+    source = BundledFlightsSource()
+    dst_day = dt.date(2013, 3, 10)  # 23 hours in New York
+    weather = source.read_day("weather", dst_day, timestamp_columns=["time_hour"]).frame
+    assert features.weather_features(weather, [dst_day]).counts["missing_hours"] == 0
+    table = features.weather_features(weather.iloc[1:], [dst_day])
+    assert table.counts["missing_hours"] == 1
+    assert "temp_f" in table.frame.columns and "temp" not in table.frame.columns
+
+
+def test_calendar_features_use_local_time_and_federal_holidays():
+    july = pd.DataFrame(
+        [
+            flight(month=7, day=1, time_hour=pd.Timestamp("2013-07-01T12:00:00Z"), hour=8),
+            flight(month=7, day=4, time_hour=pd.Timestamp("2013-07-04T23:00:00Z"), hour=19),
+        ]
+    )
+    frame = features.flight_features(july).frame
+    assert frame["dep_hour"].tolist() == [8, 19]  # EDT, not UTC
+    assert frame["days_to_holiday"].tolist() == [3, 0]
+    assert frame["days_since_holiday"].tolist() == [30, 0]  # Memorial Day is past the horizon
+    assert frame["day_of_week"].tolist() == [0, 3]
+
+
+def test_an_empty_history_window_gives_an_empty_table_with_the_schema(airports):
+    table = features.delay_history(pd.DataFrame(), airports, [dt.date(2013, 1, 1)], ["carrier"])
+    assert table.frame.empty
+    assert {"carrier", "event_timestamp", "delay_rate_28d"} <= set(table.frame.columns)
+
+
+def test_same_input_gives_identical_tables(month):
+    first = features.flight_features(month).frame
+    second = features.flight_features(month.sample(frac=1.0, random_state=1)).frame
+    pd.testing.assert_frame_equal(first, second)
