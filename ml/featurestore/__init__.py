@@ -1,0 +1,1 @@
+"""Feast extensions of the project: the DuckDB ASOF JOIN offline store."""
