@@ -325,8 +325,8 @@ def _holiday_distances(days: pd.DatetimeIndex) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(0, "int64"), np.empty(0, "int64")
     margin = pd.Timedelta(days=HOLIDAY_HORIZON_DAYS + 1)
     holidays = USFederalHolidayCalendar().holidays(days.min() - margin, days.max() + margin)
-    stamps = holidays.asi8
-    day_ns = days.asi8
+    stamps = holidays.to_numpy().astype("datetime64[ns]").astype("int64")
+    day_ns = days.to_numpy().astype("datetime64[ns]").astype("int64")
     nxt = np.searchsorted(stamps, day_ns, side="left")
     prev = np.searchsorted(stamps, day_ns, side="right") - 1
     ns_per_day = 86_400 * 10**9

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import ingestion, validation
-from pipelines.jobs import daily_ingestion_job, dimensions_job
+from assets import features, ingestion, validation
+from pipelines.jobs import (
+    daily_ingestion_job,
+    daily_job,
+    dimensions_job,
+    feature_registry_job,
+    training_set_job,
+)
 from resources.expectations import GreatExpectations
+from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.lake import ParquetLake
 from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
 
@@ -36,6 +43,7 @@ def local_resources(home: Path) -> dict[str, object]:
         "source": _source(),
         "lake": ParquetLake(root=str(home / "lake")),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
+        "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
     }
 
 
@@ -45,9 +53,20 @@ def resources_for(environment: str) -> dict[str, object]:
     raise ValueError(f"ML_LIFECYCLE_ENV={environment!r} is not a known environment; use 'local'")
 
 
-defs = dg.Definitions(
-    assets=dg.load_assets_from_modules([ingestion, validation]),
-    asset_checks=dg.load_asset_checks_from_modules([validation]),
-    jobs=[daily_ingestion_job, dimensions_job],
-    resources=resources_for(os.environ.get("ML_LIFECYCLE_ENV", "local")),
-)
+def definitions(resources: dict[str, object]) -> dg.Definitions:
+    """The whole lifecycle wired to `resources` (tests pass their own, under a temporary home)."""
+    return dg.Definitions(
+        assets=dg.load_assets_from_modules([ingestion, validation, features]),
+        asset_checks=dg.load_asset_checks_from_modules([validation]),
+        jobs=[
+            daily_ingestion_job,
+            daily_job,
+            dimensions_job,
+            feature_registry_job,
+            training_set_job,
+        ],
+        resources=resources,
+    )
+
+
+defs = definitions(resources_for(os.environ.get("ML_LIFECYCLE_ENV", "local")))

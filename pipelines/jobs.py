@@ -2,15 +2,44 @@
 
 import dagster as dg
 
+DIMENSIONS = dg.AssetSelection.assets("planes", "airlines", "airports")
+
 dimensions_job = dg.define_asset_job(
     "load_dimensions",
-    selection=dg.AssetSelection.assets("planes", "airlines", "airports"),
+    selection=DIMENSIONS,
     description="Load the dimension tables (planes, airlines, airports).",
 )
 
 daily_ingestion_job = dg.define_asset_job(
     "ingest_and_validate",
     selection=dg.AssetSelection.groups("ingestion", "validation").required_multi_asset_neighbors()
-    - dg.AssetSelection.assets("planes", "airlines", "airports"),
+    - DIMENSIONS,
     description="Ingest one day's raw tables, audit them with GX and publish what passes.",
+)
+
+daily_job = dg.define_asset_job(
+    "daily_partition",
+    selection=(
+        dg.AssetSelection.groups(
+            "ingestion", "validation", "features"
+        ).required_multi_asset_neighbors()
+        - DIMENSIONS
+        - dg.AssetSelection.assets("feature_registry", "training_set")
+    ),
+    description=(
+        "Everything of one day: ingest, validate, build the feature tables and write the day's"
+        " features to the online store."
+    ),
+)
+
+feature_registry_job = dg.define_asset_job(
+    "apply_feature_registry",
+    selection=dg.AssetSelection.assets("feature_registry"),
+    description="Apply feature_repo/ to the Feast registry (what `feast apply` does).",
+)
+
+training_set_job = dg.define_asset_job(
+    "build_training_set",
+    selection=dg.AssetSelection.assets("training_set"),
+    description="Join the labelled flights of a window through the FeatureService; split by date.",
 )

@@ -1,10 +1,12 @@
 """`make run`: run the lifecycle on the bundled data with the embedded defaults, then say where
 the results are.
 
-Each day is one Dagster run of `ingest_and_validate`, recorded in the local instance exactly as a
+First the dimension tables and the Feast registry; then each day is one Dagster run of
+`daily_partition` (ingest, validate, feature tables, online store); then a training set over the
+days that have a full feature history. Every run is recorded in the local instance exactly as a
 run launched from the UI would be, so `make dev` afterwards shows every run, materialization and
-check result. Runs execute in this process: one process keeps GX and the bundled data loaded
-instead of paying their start-up once per step.
+check result. Runs execute in this process: one process keeps GX, Feast and the bundled data
+loaded instead of paying their start-up once per step.
 """
 
 import argparse
@@ -13,13 +15,18 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-DEFAULT_START = "2013-01-15"
-DEFAULT_END = "2013-02-14"
+DEFAULT_START = "2013-01-01"
+DEFAULT_END = "2013-02-28"
+HISTORY_DAYS = 28
+"""The training set starts once the trailing-delay features have a full window behind them."""
+SPLIT_SHARES = (0.70, 0.15)
+"""Train and validation shares of the training set's days; the test part gets the rest."""
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -31,6 +38,7 @@ class DayOutcome:
     partition: str
     success: bool
     rows: dict[str, int] = field(default_factory=dict)
+    materialized: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     """Why the day was refused: failed checks and steps."""
     quarantines: list[str] = field(default_factory=list)
@@ -53,6 +61,7 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
     for event in result.all_events:
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization
+            outcome.materialized.add(materialization.asset_key.to_user_string())
             rows = materialization.metadata.get("dagster/row_count")
             if isinstance(rows, dg.IntMetadataValue) and rows.value is not None:
                 outcome.rows[materialization.asset_key.to_user_string()] = rows.value
@@ -71,7 +80,52 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
     return outcome
 
 
-def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> None:
+@dataclass
+class TrainingSetOutcome:
+    """What the training-set run produced, for the summary."""
+
+    success: bool
+    window: str
+    metadata: dict[str, object] = field(default_factory=dict)
+    problem: str = ""
+
+
+def training_config(first: dt.date, last: dt.date) -> dict[str, str]:
+    """The training set's days and split for a run over [first, last]: from the first day with a
+    full history window (or `first`, for short runs) to `last`, split 70/15/15 by day."""
+    start = first + dt.timedelta(days=HISTORY_DAYS)
+    end = last + dt.timedelta(days=1)
+    if (end - start).days < 3:
+        start = first
+    days = (end - start).days
+    validation = start + dt.timedelta(days=int(days * SPLIT_SHARES[0]))
+    test = start + dt.timedelta(days=int(days * sum(SPLIT_SHARES)))
+    return {
+        "start": start.isoformat(),
+        "validation_start": max(validation, start + dt.timedelta(days=1)).isoformat(),
+        "test_start": min(max(test, validation + dt.timedelta(days=1)), last).isoformat(),
+        "end": end.isoformat(),
+    }
+
+
+def run_training_set(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, config: dict[str, str]
+) -> TrainingSetOutcome:
+    run_config = {**QUIET, "ops": {"training_set": {"config": config}}}
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=run_config)
+    outcome = TrainingSetOutcome(result.success, f"[{config['start']}, {config['end']})")
+    for event in result.all_events:
+        if event.is_step_materialization:
+            metadata = event.step_materialization_data.materialization.metadata
+            outcome.metadata = {key: getattr(v, "value", v) for key, v in metadata.items()}
+        elif event.is_step_failure and event.step_failure_data.error:
+            outcome.problem = event.step_failure_data.error.message.strip()
+    return outcome
+
+
+def print_summary(
+    outcomes: list[DayOutcome], training: TrainingSetOutcome, home: Path, seconds: float
+) -> None:
     published = [o for o in outcomes if o.success]
 
     def total(asset: str) -> int:
@@ -79,8 +133,8 @@ def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> Non
 
     print()
     print(
-        f"Ingested and validated {len(outcomes)} day(s) in {seconds:.1f} s:"
-        f" {len(published)} published, {len(outcomes) - len(published)} refused."
+        f"Ran {len(outcomes)} day(s) and a training set in {seconds:.1f} s:"
+        f" {len(published)} day(s) published, {len(outcomes) - len(published)} refused."
     )
     print(
         f"  flights: {total('raw_flights')} received, {total('validated_flights')} published,"
@@ -90,15 +144,40 @@ def print_summary(outcomes: list[DayOutcome], home: Path, seconds: float) -> Non
         f"  weather: {total('raw_weather')} received, {total('validated_weather')} published,"
         f" {total('quarantined_weather')} quarantined"
     )
+    tables = ("flight_features", "weather_features", "aircraft_features", "carrier_history")
+    online = sum("online_features" in o.materialized for o in outcomes)
+    print("  features: " + ", ".join(f"{t} {total(t)} rows" for t in tables))
+    print(f"  online store: {online} day(s) materialized")
     for outcome in outcomes:
         for line in outcome.quarantines + outcome.problems:
             print("  " + line.replace("\n", "\n  "))
+    if training.success:
+        meta = training.metadata
+        splits = ", ".join(
+            f"{part} {meta.get(f'rows_{part}')} rows ({_percent(meta.get(f'positive_rate_{part}'))}"
+            " delayed)"
+            for part in ("train", "validation", "test")
+        )
+        print(f"  training set {training.window}: {splits}")
+        print(
+            f"    {meta.get('features')} features from {meta.get('feature_service')};"
+            f" {meta.get('unlabelled_rows_left_out')} cancelled/diverted flights left out;"
+            f" fingerprint {str(meta.get('dataset_fingerprint'))[:12]}"
+        )
+    else:
+        print(f"  training set {training.window}: FAILED: {training.problem}")
     print()
     print(f"Results (all under {home}):")
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
+    print(f"  training set:                                 {home / 'lake' / 'training_set'}")
+    print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
     print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
     print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
     print("Open the UI with `make dev`, then http://127.0.0.1:3000 (Assets, Runs, Checks).")
+
+
+def _percent(rate: object) -> str:
+    return f"{rate:.1%}" if isinstance(rate, float) else "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
     args = parser.parse_args(argv)
 
+    # Pydantic 2 warns about dagster-shared's v1-style attribute access; not ours to change.
+    warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
     from pipelines.definitions import REPO_ROOT, defs, local_home
     from pipelines.partitions import daily_partitions
 
@@ -123,21 +204,28 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
-        dimensions = defs.resolve_job_def("load_dimensions").execute_in_process(
-            instance=instance, raise_on_error=False, run_config=QUIET
-        )
-        if not dimensions.success:
-            print("Loading the dimension tables failed; see `make dev` → Runs.", file=sys.stderr)
-            return 1
-        daily = defs.resolve_job_def("ingest_and_validate")
+        for job, what in (
+            ("load_dimensions", "Loading the dimension tables"),
+            ("apply_feature_registry", "Applying the Feast registry"),
+        ):
+            setup = defs.resolve_job_def(job).execute_in_process(
+                instance=instance, raise_on_error=False, run_config=QUIET
+            )
+            if not setup.success:
+                print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
+                return 1
+        daily = defs.resolve_job_def("daily_partition")
         outcomes = []
         for partition in partitions:
             outcome = run_day(daily, instance, partition)
             outcomes.append(outcome)
             status = "published" if outcome.success else "REFUSED"
             print(f"{partition}: {status}", flush=True)
-    print_summary(outcomes, home, time.perf_counter() - began)
-    return 0
+        training = run_training_set(
+            defs.resolve_job_def("build_training_set"), instance, training_config(start, end)
+        )
+    print_summary(outcomes, training, home, time.perf_counter() - began)
+    return 0 if training.success else 1
 
 
 if __name__ == "__main__":

@@ -7,7 +7,16 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-HEAVY = ("feast", "great_expectations", "torch", "onnxruntime", "onnx", "mlflow")
+HEAVY = (
+    "feast",
+    "great_expectations",
+    "torch",
+    "onnxruntime",
+    "onnx",
+    "mlflow",
+    "duckdb",
+    "pandas",
+)
 
 
 def test_loading_the_code_location_imports_no_heavy_library():
@@ -36,6 +45,15 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
         "quarantined_flights",
         "validated_weather",
         "quarantined_weather",
+        "flight_features",
+        "flight_outcomes",
+        "weather_features",
+        "aircraft_features",
+        "carrier_history",
+        "route_history",
+        "feature_registry",
+        "online_features",
+        "training_set",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {("raw_flights", "flights_contract"), ("raw_weather", "weather_contract")}
@@ -48,6 +66,39 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
     assert daily.partitions_def.get_first_partition_key() == "2013-01-01"
     assert daily.partitions_def.get_last_partition_key() == "2013-12-31"
     assert defs.resolve_job_def("load_dimensions") is not None
+    nightly = {
+        k.to_user_string()
+        for k in defs.resolve_job_def("daily_partition").asset_layer.executable_asset_keys
+    }
+    assert "online_features" in nightly and "raw_flights" in nightly
+    assert not nightly & {"feature_registry", "training_set", "planes"}
+
+
+def test_the_trailing_history_reads_the_28_days_before_its_partition():
+    from pipelines.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    history = graph.get(dg.AssetKey("carrier_history"))
+    mapping = history.assets_def.get_partition_mapping(dg.AssetKey("validated_flights"))
+    subset = mapping.get_upstream_mapped_partitions_result_for_partitions(
+        history.partitions_def.subset_with_partition_keys(["2013-02-10"]),
+        history.partitions_def,
+        history.partitions_def,
+    ).partitions_subset
+    keys = sorted(subset.get_partition_keys())
+    assert keys[0] == "2013-01-13" and keys[-1] == "2013-02-09" and len(keys) == 28
+
+
+def test_the_registry_code_version_changes_exactly_when_declarations_do(tmp_path):
+    from resources.feature_store import declarations_version
+
+    (tmp_path / "repo.py").write_text("x = 1\n")
+    (tmp_path / "feature_store.yaml").write_text("project: p\n")
+    first = declarations_version(tmp_path)
+    (tmp_path / "notes.md").write_text("not a declaration")
+    assert declarations_version(tmp_path) == first
+    (tmp_path / "repo.py").write_text("x = 2\n")
+    assert declarations_version(tmp_path) != first
 
 
 def test_an_unknown_environment_is_refused_by_name():

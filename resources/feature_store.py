@@ -1,0 +1,232 @@
+"""Feast, behind one resource: apply the declarations, materialize a day, build point-in-time
+training sets, read online features.
+
+Feast is imported on first use, never at code-location load (`import feast` takes ~11 s here).
+"""
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import io
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import dagster as dg
+
+if TYPE_CHECKING:
+    import feast
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+BEFORE = dt.timedelta(microseconds=1)
+"""Feast reads a time range with both ends included; ranges here are [start, end), as partitions
+are, so the last instant Feast is asked for is `end - BEFORE`."""
+
+FEATURE_STORE_YAML = "feature_store.yaml"
+DEFAULT_REPO = Path(__file__).resolve().parents[1] / "feature_repo"
+"""The Feast repository of the bundled use case."""
+
+
+@dataclass(frozen=True)
+class AppliedRepo:
+    """What the registry holds after an apply."""
+
+    entities: list[str]
+    feature_views: list[str]
+    feature_services: list[str]
+    deleted: list[str]
+
+
+@dataclass(frozen=True)
+class Materialization:
+    """One `materialize` call: the range written to the online store, and for which views."""
+
+    start: dt.datetime
+    end: dt.datetime
+    feature_views: list[str]
+
+
+def declarations_version(repo_path: str | Path) -> str:
+    """A short hash of the repo's declarations and settings: changes exactly when they do."""
+    digest = hashlib.sha256()
+    root = Path(repo_path)
+    for path in sorted([*root.glob("*.py"), root / FEATURE_STORE_YAML, root / ".feastignore"]):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+class FeastFeatureStore(dg.ConfigurableResource):
+    """The project's Feast repository (`feature_repo/`) with its feature_store.yaml settings.
+
+    With `home` set, the local registry, SQLite online store and the offline store's root move
+    under that folder (`<home>/feast/`, `<home>/lake`), so tests and other checkouts never share
+    state; without it, the paths in feature_store.yaml apply as written (as for the feast CLI)."""
+
+    repo_path: str
+    home: str | None = None
+
+    def apply(self) -> AppliedRepo:
+        """Register the repo's declarations, delete what was removed from them, create the online
+        tables: what `feast apply` does."""
+        from feast.repo_operations import extract_objects_for_apply_delete, parse_repo
+
+        store = self.store()
+        with _inside(Path(self.repo_path).resolve()) as root:
+            repo = parse_repo(root)
+        to_apply, to_delete, _, _ = extract_objects_for_apply_delete(
+            store.project, store.registry, repo
+        )
+        store.apply(cast(list[Any], to_apply), objects_to_delete=list(to_delete), partial=False)
+        return AppliedRepo(
+            entities=sorted(e.name for e in repo.entities),
+            feature_views=sorted(v.name for v in repo.feature_views),
+            feature_services=sorted(s.name for s in repo.feature_services),
+            deleted=sorted(getattr(o, "name", str(o)) for o in to_delete),
+        )
+
+    def materialize(
+        self, start: dt.datetime, end: dt.datetime, *, watermark: dt.datetime | None = None
+    ) -> Materialization:
+        """Write the latest value in [start, end) of every online view to the online store.
+
+        `watermark` is the end of the newest range already written. Feast's online write keeps
+        the last value written, not the newest, so re-running an old range alone would put older
+        values over newer ones; the range is extended to the watermark instead, and every entity
+        gets its latest value. An end in the future is refused: the offline tables are not final
+        yet, and the watermark would claim data that does not exist."""
+        now = dt.datetime.now(dt.UTC)
+        if end > now:
+            raise ValueError(f"materialize: end {end.isoformat()} is in the future (now {now})")
+        if start >= end:
+            raise ValueError(f"materialize: start {start.isoformat()} is not before end")
+        if watermark is not None and watermark > end:
+            end = watermark
+        store = self.store()
+        views = [v.name for v in store.list_feature_views() if v.online]
+        # Feast prints a progress report per view to stdout; it goes to the log instead.
+        with contextlib.redirect_stdout(io.StringIO()) as report:
+            store.materialize(start_date=start, end_date=end - BEFORE, feature_views=views)
+        log.debug("feast materialize: %s", report.getvalue())
+        return Materialization(start=start, end=end, feature_views=sorted(views))
+
+    def historical_features(self, entity_rows: "pd.DataFrame", service: str) -> "pd.DataFrame":
+        """Point-in-time correct features of a FeatureService for each entity row, named
+        `<view>__<feature>`, in the rows' order."""
+        store = self.store()
+        job = store.get_historical_features(
+            entity_df=entity_rows,
+            features=store.get_feature_service(service),
+            full_feature_names=True,
+        )
+        return job.to_df()
+
+    def join_keys(self, service: str) -> list[str]:
+        """The entity columns the views of a FeatureService join on."""
+        store = self.store()
+        keys: list[str] = []
+        for projection in store.get_feature_service(service).feature_view_projections:
+            view = store.get_feature_view(projection.name)
+            for key in view.join_keys:
+                mapped = projection.join_key_map.get(key, key)
+                if mapped not in keys:
+                    keys.append(mapped)
+        return keys
+
+    def feature_columns(self, service: str) -> list[str]:
+        """The columns a FeatureService adds to entity rows: `<view>__<feature>`."""
+        service_def = self.store().get_feature_service(service)
+        return [
+            f"{projection.name_to_use()}__{feature.name}"
+            for projection in service_def.feature_view_projections
+            for feature in projection.features
+        ]
+
+    def online_features(self, entity_rows: "pd.DataFrame", service: str) -> "pd.DataFrame":
+        """The online store's current features of a FeatureService for each entity row."""
+        store = self.store()
+        response = store.get_online_features(
+            features=store.get_feature_service(service),
+            entity_rows={str(c): entity_rows[c].tolist() for c in entity_rows.columns},
+            full_feature_names=True,
+        )
+        return response.to_df()
+
+    def view_rows(self, view: str, start: dt.datetime, end: dt.datetime) -> "pd.DataFrame":
+        """Every row of a feature view's source with an event timestamp in [start, end), with the
+        view's join keys, fields and timestamp: the entity rows of a training set, taken from
+        the label view."""
+        store = self.store()
+        feature_view = store.get_feature_view(view)
+        source = feature_view.batch_source
+        if source is None:
+            raise ValueError(f"feature view {view!r} has no batch source to read rows from")
+        provider = store._get_provider()  # the configured offline store, as materialize uses it
+        job = provider.offline_store.pull_all_from_table_or_query(
+            config=store.config,
+            data_source=source,
+            join_key_columns=feature_view.join_keys,
+            feature_name_columns=[f.name for f in feature_view.features],
+            timestamp_field=source.timestamp_field,
+            created_timestamp_column=source.created_timestamp_column or None,
+            start_date=start,
+            end_date=end - BEFORE,
+        )
+        return job.to_df()
+
+    def store(self) -> "feast.FeatureStore":
+        return _feature_store(str(Path(self.repo_path).resolve()), self.home)
+
+
+@contextlib.contextmanager
+def _inside(repo_path: Path) -> Iterator[Path]:
+    """Feast names the declaration modules by their path from the working directory and imports
+    them from sys.path, so its CLI runs from the repo folder; so does `apply`, and then returns."""
+    previous = Path.cwd()
+    sys.path.insert(0, str(repo_path))
+    os.chdir(repo_path)
+    try:
+        yield repo_path
+    finally:
+        os.chdir(previous)
+        sys.path.remove(str(repo_path))
+
+
+@functools.cache
+def _feature_store(repo_path: str, home: str | None) -> "feast.FeatureStore":
+    """One FeatureStore per process and setting: it caches the registry between calls."""
+    import feast
+    import yaml
+    from feast.repo_config import RepoConfig
+
+    text = (Path(repo_path) / FEATURE_STORE_YAML).read_text()
+    settings: dict[str, Any] = yaml.safe_load(os.path.expandvars(text))
+    if home is not None:
+        settings = _under_home(settings, Path(home))
+    config = RepoConfig(repo_path=Path(repo_path), **settings)
+    return feast.FeatureStore(repo_path=repo_path, config=config)
+
+
+def _under_home(settings: dict[str, Any], home: Path) -> dict[str, Any]:
+    """The local file locations of `settings` moved under `home`; other settings as they are."""
+    moved = dict(settings)
+    if isinstance(moved.get("registry"), str):
+        moved["registry"] = str(home / "feast" / "registry.db")
+    online = dict(moved.get("online_store") or {})
+    if online.get("type", "sqlite") == "sqlite" or "path" in online:
+        online["path"] = str(home / "feast" / "online.db")
+        moved["online_store"] = online
+    offline = dict(moved.get("offline_store") or {})
+    if "root" in offline:
+        offline["root"] = str(home / "lake")
+        moved["offline_store"] = offline
+    for path in (home / "feast", home / "lake"):
+        path.mkdir(parents=True, exist_ok=True)
+    return moved

@@ -1,0 +1,252 @@
+"""Days of real data through ingest → validate → feature tables → Feast (registry, online store,
+training set), in a temporary home, with the bad inputs features must handle."""
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from ml.dataset import fingerprint
+from pipelines.definitions import definitions, local_resources
+from resources.expectations import GreatExpectations
+from resources.feature_store import FeastFeatureStore
+from resources.sources import BundledFlightsSource, DropFolderSource
+from tests.conftest import bundled_day, write_csv_drop
+
+pytestmark = pytest.mark.integration
+
+GOOD_DAYS = ["2013-01-01", "2013-01-02", "2013-01-03", "2013-01-04", "2013-01-05"]
+NO_FLIGHTS_DAY, AFTER_IT = "2013-01-06", "2013-01-07"
+UNKNOWN_TAIL = "N14542"  # flies on each of Jan 1-5; removed from the planes table
+GAP_DAY, GAP_ORIGIN, GAP_HOUR = "2013-01-05", "EWR", pd.Timestamp("2013-01-05T19:00:00Z")
+"""The 14:00 (New York) observation at EWR on Jan 5 is missing from that day's weather drop."""
+SERVICE = "flight_delay_v1"
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+@dataclass
+class World:
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    store: FeastFeatureStore
+    lake: Path
+    results: dict[str, dg.ExecuteInProcessResult]
+
+    def run(self, job: str, partition: str | None = None, config: dict | None = None):
+        return self.defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance,
+            partition_key=partition,
+            run_config={**QUIET, **(config or {})},
+            raise_on_error=False,
+        )
+
+    def table(self, asset: str, partition: str | None = None) -> pd.DataFrame:
+        return pd.read_parquet(self.lake / asset / f"{partition or 'data'}.parquet")
+
+    def metadata(self, day: str, asset: str) -> dict:
+        for event in self.results[day].get_asset_materialization_events():
+            materialization = event.step_materialization_data.materialization
+            if materialization.asset_key == dg.AssetKey(asset):
+                return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        raise KeyError(asset)
+
+
+def _drops(root: Path) -> Path:
+    source = BundledFlightsSource()
+    root.mkdir()
+    for table in ("airlines", "airports"):
+        source.read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
+    planes = source.read_table("planes").frame
+    planes[planes.tailnum != UNKNOWN_TAIL].to_csv(root / "planes.csv", index=False)
+    for day in [*GOOD_DAYS, AFTER_IT]:
+        weather = bundled_day("weather", day)
+        if day == GAP_DAY:
+            gap = (weather.origin == GAP_ORIGIN) & (weather.time_hour == GAP_HOUR)
+            assert gap.sum() == 1
+            weather = weather[~gap]
+        write_csv_drop(root, "weather", day, weather)
+        write_csv_drop(root, "flights", day, bundled_day("flights", day))
+    write_csv_drop(root, "weather", NO_FLIGHTS_DAY, bundled_day("weather", NO_FLIGHTS_DAY))
+    write_csv_drop(root, "flights", NO_FLIGHTS_DAY, bundled_day("flights", NO_FLIGHTS_DAY)[:0])
+    return root
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    home = tmp_path_factory.mktemp("home")
+    resources = local_resources(home)
+    resources["source"] = DropFolderSource(root=str(_drops(home / "drops")))
+    resources["expectations"] = GreatExpectations(
+        data_docs_dir=str(home / "docs"), build_data_docs=False
+    )
+    defs = definitions(resources)
+    (home / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(home / "dagster")) as instance:
+        store = resources["feature_store"]
+        assert isinstance(store, FeastFeatureStore)
+        world = World(defs, instance, store, home / "lake", {})
+        assert world.run("load_dimensions").success
+        assert world.run("apply_feature_registry").success
+        for day in [*GOOD_DAYS, NO_FLIGHTS_DAY, AFTER_IT]:
+            world.results[day] = world.run("daily_partition", day)
+        yield world
+
+
+def _window(first: str, end: str, validation: str, test: str) -> dict:
+    config = {"start": first, "validation_start": validation, "test_start": test, "end": end}
+    return {"ops": {"training_set": {"config": config}}}
+
+
+def test_each_good_day_writes_every_feature_table_and_the_online_store(world: World):
+    for day in GOOD_DAYS:
+        assert world.results[day].success, day
+        for table in ("flight_features", "flight_outcomes", "weather_features"):
+            assert (world.lake / table / f"{day}.parquet").is_file()
+    # On Jan 5 every flight of Jan 1-3 has landed, and Jan 4's late evening ones have not.
+    counted = world.table("carrier_history", "2013-01-05")["flights_28d"].sum()
+    jan_1_to_3 = sum(len(bundled_day("flights", d)) for d in GOOD_DAYS[:3])
+    assert jan_1_to_3 < counted < jan_1_to_3 + len(bundled_day("flights", "2013-01-04"))
+    assert world.metadata("2013-01-05", "carrier_history")["history_days_loaded"] == 4
+    assert world.metadata("2013-01-01", "carrier_history")["history_days_loaded"] == 0
+
+
+def test_an_unknown_tail_number_gets_null_aircraft_features_and_is_counted(world: World):
+    counts = world.metadata("2013-01-02", "aircraft_features")
+    flights = bundled_day("flights", "2013-01-02")
+    planes = BundledFlightsSource().read_table("planes").frame
+    known = set(planes.tailnum) - {UNKNOWN_TAIL}
+    tails = set(flights.tailnum.dropna())
+    assert counts["unknown_tailnums"] == len(tails - known)
+    assert UNKNOWN_TAIL not in set(world.table("aircraft_features", "2013-01-02").tailnum)
+
+    config = _window("2013-01-02", "2013-01-05", "2013-01-03", "2013-01-04")
+    result = world.run("build_training_set", config=config)
+    assert result.success
+    frame = world.table("training_set")
+    unknown = frame[frame.tailnum == UNKNOWN_TAIL]
+    assert len(unknown) > 0
+    assert unknown["aircraft_profile__seats"].isna().all()
+    assert frame.loc[frame.tailnum != UNKNOWN_TAIL, "aircraft_profile__seats"].notna().mean() > 0.8
+
+
+def test_a_missing_weather_hour_is_counted_and_falls_back_to_the_previous_hour(world: World):
+    assert world.metadata(GAP_DAY, "weather_features")["missing_hours"] == 1
+    rows = pd.DataFrame(
+        {
+            "origin": [GAP_ORIGIN, GAP_ORIGIN],
+            "event_timestamp": [
+                GAP_HOUR + pd.Timedelta(minutes=30),
+                GAP_HOUR + pd.Timedelta(hours=2),
+            ],
+        }
+    )
+    store = world.store.store()
+    got = store.get_historical_features(
+        entity_df=rows, features=["origin_weather:temp_f"], full_feature_names=False
+    ).to_df()
+    weather = bundled_day("weather", GAP_DAY)
+    previous = weather[
+        (weather.origin == GAP_ORIGIN) & (weather.time_hour == GAP_HOUR - pd.Timedelta(hours=1))
+    ]
+    assert got["temp_f"].iloc[0] == previous["temp"].iloc[0]  # 13:00's observation, 1.5 h old
+    assert (
+        got["temp_f"].iloc[1]
+        == weather.loc[  # 16:00 exists again
+            (weather.origin == GAP_ORIGIN)
+            & (weather.time_hour == GAP_HOUR + pd.Timedelta(hours=2)),
+            "temp",
+        ].iloc[0]
+    )
+
+
+def test_a_day_with_no_flights_is_refused_and_the_next_days_history_names_it(world: World):
+    refused = world.results[NO_FLIGHTS_DAY]
+    assert not refused.success
+    assert not (world.lake / "flight_features" / f"{NO_FLIGHTS_DAY}.parquet").exists()
+    after = world.results[AFTER_IT]
+    assert not after.success
+    messages = " ".join(
+        _messages(e.step_failure_data.error) for e in after.all_events if e.is_step_failure
+    )
+    assert f"validated_flights partition {NO_FLIGHTS_DAY} has not been materialized" in messages
+    assert (
+        world.lake / "flight_features" / f"{AFTER_IT}.parquet"
+    ).is_file()  # same-day tables fine
+
+
+def _messages(error) -> str:
+    """An error's message and those of its causes."""
+    return "" if error is None else f"{error.message} {_messages(error.cause)}"
+
+
+def test_online_features_equal_offline_features_at_the_same_instant(world: World):
+    day = "2013-01-05"
+    entities = world.table("flight_outcomes", day).sample(60, random_state=0)
+    keys = ["flight_id", "origin", "dest", "carrier", "tailnum"]
+    online = world.store.online_features(entities[keys], SERVICE)
+    instant = pd.Timestamp("2013-01-06T05:00:00Z") - pd.Timedelta(microseconds=1)
+    offline = world.store.historical_features(
+        entities[keys].assign(event_timestamp=instant), SERVICE
+    )
+    columns = world.store.feature_columns(SERVICE)
+    assert online[keys].to_numpy().tolist() == offline[keys].to_numpy().tolist()
+    for column in columns:
+        a = pd.Series(online[column].to_numpy(), dtype="object")
+        b = pd.Series(offline[column].to_numpy(), dtype="object")
+        same = (a == b) | (a.isna() & b.isna())
+        assert same.all(), (column, a[~same].head(3).tolist(), b[~same].head(3).tolist())
+    assert online[columns].notna().to_numpy().mean() > 0.8
+
+
+def test_the_training_set_is_split_by_day_fingerprinted_and_reproducible(world: World):
+    config = _window("2013-01-02", "2013-01-06", "2013-01-04", "2013-01-05")
+    first = world.run("build_training_set", config=config)
+    assert first.success
+    meta = {
+        k: getattr(v, "value", v)
+        for k, v in first.get_asset_materialization_events()[
+            0
+        ].step_materialization_data.materialization.metadata.items()
+    }
+    frame = world.table("training_set")
+    labelled = sum(
+        world.table("flight_outcomes", d)["arrival_delayed"].notna().sum() for d in GOOD_DAYS[1:]
+    )
+    assert (
+        meta["rows_train"] + meta["rows_validation"] + meta["rows_test"] == labelled == len(frame)
+    )
+    assert meta["rows_test"] == (frame.split == "test").sum() > 0
+    assert meta["dataset_fingerprint"] == fingerprint(frame)
+    assert meta["features"] == 43
+    assert meta["unlabelled_rows_left_out"] > 0
+
+    again = world.run("build_training_set", config=config)
+    assert again.success
+    assert fingerprint(world.table("training_set")) == meta["dataset_fingerprint"]
+
+
+def test_rerunning_an_old_day_never_overwrites_newer_online_values(world: World):
+    entities = world.table("flight_outcomes", "2013-01-05").sample(40, random_state=1)
+    keys = ["flight_id", "origin", "dest", "carrier", "tailnum"]
+    before = world.store.online_features(entities[keys], SERVICE)
+
+    rerun = world.run("daily_partition", "2013-01-02")
+    assert rerun.success
+    online = next(
+        e.step_materialization_data.materialization
+        for e in rerun.get_asset_materialization_events()
+        if e.step_materialization_data.materialization.asset_key == dg.AssetKey("online_features")
+    )
+    assert online.metadata["end"].value == "2013-01-06T05:00:00+00:00"  # extended to the watermark
+    after = world.store.online_features(entities[keys], SERVICE)
+    pd.testing.assert_frame_equal(before, after)
+
+
+def test_a_future_end_is_refused_before_anything_is_written(world: World):
+    tomorrow = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+    with pytest.raises(ValueError, match="in the future"):
+        world.store.materialize(tomorrow - dt.timedelta(days=1), tomorrow)
