@@ -5,6 +5,7 @@ Point-in-time retrieval is checked against a brute-force pure-Python reference o
 views, a two-key view, a field mapping, a join key map, mixed time zones)."""
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -16,11 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = [
-    pytest.mark.unit,
-    # Feast flags every on-demand view as experimental; one is here on purpose.
-    pytest.mark.filterwarnings("ignore:On demand feature view is an experimental feature"),
-]
+pytestmark = pytest.mark.unit
 
 T0 = pd.Timestamp("2013-01-01", tz="UTC")
 SPAN = pd.Timedelta(days=10)
@@ -198,7 +195,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repo]:
 
     store = FeatureStore(config=config(coerce=True))
     views = [weather, carrier_daily, route, planes, empty, missing, temp_f]
-    store.apply([origin, carrier, plane, *views, service])
+    with warnings.catch_warnings():
+        # Feast flags every on-demand view as experimental; this one is here on purpose.
+        warnings.filterwarnings("ignore", "On demand feature view", RuntimeWarning)
+        store.apply([origin, carrier, plane, *views, service])
     yield Repo(store, FeatureStore(config=config(coerce=False)), service, data, "temp_f")
 
 
