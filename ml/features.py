@@ -232,6 +232,8 @@ def delay_history(
         table.insert(len(keys), EVENT_TIMESTAMP, day_start(day))
         rows.append(table)
     frame = pd.concat(rows, ignore_index=True) if rows else _empty_history(keys, windows_days)
+    # A day without history inserts its stamp into an empty table, which pandas types as object.
+    frame[EVENT_TIMESTAMP] = pd.to_datetime(frame[EVENT_TIMESTAMP], utc=True)
     for w in windows_days:
         for count in (f"flights_{w}d", f"arrivals_{w}d"):
             frame[count] = frame[count].fillna(0).astype("int64")

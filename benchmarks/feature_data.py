@@ -1,0 +1,68 @@
+"""The full year of feature tables, built with the same functions the assets call, laid out as
+the assets lay them out (`<lake>/<table>/<YYYY-MM-DD>.parquet`), for the Feast benchmarks.
+
+    python -m benchmarks.feature_data /tmp/year   # build once; prints the row counts
+"""
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ml import features
+from resources.sources import BundledFlightsSource
+
+YEAR = [dt.date(2013, 1, 1) + dt.timedelta(days=i) for i in range(365)]
+TABLES = (
+    "flight_features",
+    "flight_outcomes",
+    "weather_features",
+    "aircraft_features",
+    "carrier_history",
+    "route_history",
+)
+
+
+def bundled_year() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Flights, weather, planes and airports of 2013, as the sources deliver them."""
+    source = BundledFlightsSource()
+
+    def year_of(table: str) -> pd.DataFrame:
+        days = [source.read_day(table, d, timestamp_columns=["time_hour"]).frame for d in YEAR]
+        return pd.concat([d for d in days if len(d)], ignore_index=True)  # no weather on Dec 31
+
+    planes, airports = (source.read_table(t).frame for t in ("planes", "airports"))
+    return year_of("flights"), year_of("weather"), planes, airports
+
+
+def build(lake: Path) -> dict[str, int]:
+    """Write every feature table of the year under `lake`; returns rows per table."""
+    flights, weather, planes, airports = bundled_year()
+    tables = {
+        "flight_features": features.flight_features(flights),
+        "flight_outcomes": features.flight_outcomes(flights),
+        "weather_features": features.weather_features(weather, YEAR),
+        "aircraft_features": features.aircraft_features(flights, planes),
+        "carrier_history": features.delay_history(flights, airports, YEAR, ["carrier"]),
+        "route_history": features.delay_history(flights, airports, YEAR, ["origin", "dest"]),
+    }
+    for name, table in tables.items():
+        frame = table.frame
+        day = frame[features.EVENT_TIMESTAMP].dt.tz_convert(features.DATA_TIMEZONE).dt.date
+        folder = lake / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, part in frame.groupby(day, sort=True):
+            part.reset_index(drop=True).to_parquet(folder / f"{key}.parquet", index=False)
+    return {name: len(table.frame) for name, table in tables.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("lake", type=Path)
+    print(json.dumps(build(parser.parse_args().lake)))
+
+
+if __name__ == "__main__":
+    main()
