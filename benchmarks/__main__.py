@@ -66,6 +66,25 @@ def p4_retrieval(home: Path) -> Ratio:
     )
 
 
+def p5_materialization(home: Path) -> Ratio:
+    argv = ["-m", "benchmarks.feast_materialize"]
+    feast = measure([*argv, "feast", "--home", str(home)])
+    floor = measure([*argv, "sqlite", "--home", str(home)])
+    values = feast[0]["values"]
+    assert all(s["values"] == values for s in feast + floor), "both sides write the same rows"
+    value = median(floor, "seconds") / median(feast, "seconds")  # values/s ÷ values/s
+    return Ratio(
+        "P5",
+        f"Feast materialization ÷ raw SQLite upserts ({values:,} values)",
+        median(feast, "seconds"),
+        median(floor, "seconds"),
+        "s",
+        ">= 0.5",
+        value,
+        value >= 0.5,
+    )
+
+
 def main() -> None:
     ratios = [p1_load_time(), *(p3_validation(rows) for rows in VALIDATION_SIZES)]
     with tempfile.TemporaryDirectory(prefix="bench-features-") as home:
@@ -76,6 +95,7 @@ def main() -> None:
             capture_output=True,
         )
         ratios.append(p4_retrieval(Path(home)))
+        ratios.append(p5_materialization(Path(home)))
     print("id   ratio" + " " * 56 + "value   target          (numerator / denominator)")
     for ratio in ratios:
         print(ratio.row())

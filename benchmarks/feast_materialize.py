@@ -1,0 +1,120 @@
+"""P5: Feast materialization (entity rows x features)/s ÷ raw SQLite upserts/s of the same rows,
+on the full year.
+
+    python -m benchmarks.feature_data HOME/lake                # once: the year's feature tables
+    python -m benchmarks.feast_materialize feast  --home HOME
+    python -m benchmarks.feast_materialize sqlite --home HOME
+
+`feast` applies the project's repo under HOME and times `FeastFeatureStore.materialize` of the
+year, as `online_features` calls it: every online view of `feature_repo/`, through the project's
+DuckDB offline store, bulk SQLite online store and batch engine (`feature_store.yaml`). The
+warm-up materializes the first day.
+
+`sqlite` is the floor: the exact rows Feast wrote (entity key, feature name, serialized value,
+value text, timestamps; read back from the online store after an untimed materialization) upserted
+with Python's sqlite3 into tables with Feast's own DDL and indexes, one `INSERT ... ON CONFLICT
+DO UPDATE` per table through `executemany` in one transaction, in the order Feast wrote them. It
+serializes nothing while timed: a hand-written store would keep numbers as native SQLite values,
+so Feast's value and key encoding count as Feast's cost.
+
+Each prints one JSON line: `{"seconds": ..., "values": rows written}`.
+"""
+
+import argparse
+import datetime as dt
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
+
+YEAR = (dt.datetime(2013, 1, 1, 5, tzinfo=dt.UTC), dt.datetime(2014, 1, 1, 5, tzinfo=dt.UTC))
+FIRST_DAY = (YEAR[0], YEAR[0] + dt.timedelta(days=1))
+COLUMNS = "entity_key, feature_name, value, value_text, event_ts, created_ts"
+
+
+def online_db(home: Path) -> Path:
+    return home / "feast" / "online.db"
+
+
+def materialized_store(home: Path) -> FeastFeatureStore:
+    store = FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home))
+    store.apply()
+    store.materialize(*FIRST_DAY)  # warm-up: imports, registry, connections, statement caches
+    return store
+
+
+def written_rows(db: Path) -> dict[str, tuple[str, list[tuple]]]:
+    """Per online table: its DDL (table and indexes) and every row, in the order written."""
+    with sqlite3.connect(db) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
+        out = {}
+        for table in tables:
+            ddl = ";\n".join(
+                sql
+                for (sql,) in conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL",
+                    (table,),
+                )
+            )
+            rows = conn.execute(f'SELECT {COLUMNS} FROM "{table}" ORDER BY rowid').fetchall()
+            out[table] = (ddl, rows)
+    return out
+
+
+def time_feast(home: Path) -> dict:
+    online_db(home).unlink(missing_ok=True)  # every measure writes into empty tables
+    store = materialized_store(home)
+    began = time.perf_counter()
+    store.materialize(*YEAR)
+    seconds = time.perf_counter() - began
+    values = sum(len(rows) for _, rows in written_rows(online_db(home)).values())
+    return {"seconds": seconds, "values": values}
+
+
+def time_sqlite(home: Path) -> dict:
+    if not online_db(home).exists():
+        materialized_store(home).materialize(*YEAR)  # untimed: the rows Feast writes
+    tables = written_rows(online_db(home))
+    floor = home / "floor.db"
+    floor.unlink(missing_ok=True)
+    with sqlite3.connect(floor) as conn:
+        for ddl, _ in tables.values():
+            conn.executescript(ddl)
+        upserts = {
+            table: (
+                f'INSERT INTO "{table}" ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT'
+                " (entity_key, feature_name) DO UPDATE SET value = excluded.value,"
+                " value_text = excluded.value_text, event_ts = excluded.event_ts,"
+                " created_ts = excluded.created_ts"
+            )
+            for table in tables
+        }
+        with conn:  # warm-up: the first rows of each table
+            for table, (_, rows) in tables.items():
+                conn.executemany(upserts[table], rows[:1000])
+        began = time.perf_counter()
+        with conn:
+            for table, (_, rows) in tables.items():
+                conn.executemany(upserts[table], rows)
+        seconds = time.perf_counter() - began
+    return {"seconds": seconds, "values": sum(len(rows) for _, rows in tables.values())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("impl", choices=["feast", "sqlite"])
+    parser.add_argument("--home", type=Path, required=True)
+    args = parser.parse_args()
+    result = time_feast(args.home) if args.impl == "feast" else time_sqlite(args.home)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
