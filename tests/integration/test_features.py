@@ -251,6 +251,38 @@ def test_rerunning_an_old_day_never_overwrites_newer_online_values(world: World)
     pd.testing.assert_frame_equal(before, after)
 
 
+def test_a_materialization_killed_midway_and_rerun_leaves_every_entity_at_its_latest_value(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    from ml.featurestore.online_sqlite import BulkSqliteOnlineStore
+
+    entities = world.table("flight_outcomes", "2013-01-05").sample(40, random_state=2)
+    keys = ["flight_id", "origin", "dest", "carrier", "tailnum"]
+    latest = world.store.online_features(entities[keys], SERVICE)
+    write_rows = BulkSqliteOnlineStore.write_rows
+    calls = []
+
+    def dies_on_the_third_view(self, config, table, rows):
+        calls.append(table.name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")  # what a SIGINT mid-write raises
+        write_rows(self, config, table, rows)
+
+    monkeypatch.setattr(BulkSqliteOnlineStore, "write_rows", dies_on_the_third_view)
+    with pytest.raises(KeyboardInterrupt):  # an old range alone, killed after two views
+        world.store.materialize(
+            dt.datetime(2013, 1, 3, 5, tzinfo=dt.UTC), dt.datetime(2013, 1, 4, 5, tzinfo=dt.UTC)
+        )
+    monkeypatch.setattr(BulkSqliteOnlineStore, "write_rows", write_rows)
+    # Two views now hold Jan 3's values, older than what was there; Feast refuses to serve the
+    # view whose write was cut off until a materialization of it completes.
+    with pytest.raises(ValueError, match=f"'{calls[2]}' is in state 'MATERIALIZING'"):
+        world.store.online_features(entities[keys], SERVICE)
+
+    assert world.run("daily_partition", "2013-01-03").success  # the re-run, by the asset
+    pd.testing.assert_frame_equal(world.store.online_features(entities[keys], SERVICE), latest)
+
+
 def test_a_future_end_is_refused_before_anything_is_written(world: World):
     tomorrow = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     with pytest.raises(ValueError, match="in the future"):
