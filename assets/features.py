@@ -54,26 +54,26 @@ def _published(context: dg.AssetExecutionContext, table: "FeatureTable"):
     return table.frame
 
 
-@_feature_table(
+def _per_flight(name: str, description: str) -> dg.AssetsDefinition:
+    """A table with one row per published flight of the day, built by `ml.features.<name>`."""
+
+    @_feature_table(name, description, flights=dg.AssetIn(validated_flights))
+    def _table(context: dg.AssetExecutionContext, flights):
+        from ml import features
+
+        return _published(context, getattr(features, name)(flights))
+
+    return _table
+
+
+flight_features = _per_flight(
     "flight_features",
     "Per flight: schedule and calendar (hour, weekday, month, holiday distance).",
-    flights=dg.AssetIn(validated_flights),
 )
-def flight_features(context: dg.AssetExecutionContext, flights):
-    from ml import features
-
-    return _published(context, features.flight_features(flights))
-
-
-@_feature_table(
+flight_outcomes = _per_flight(
     "flight_outcomes",
     "Per flight: the join keys and the label (arrival delayed 15+ min; null if cancelled).",
-    flights=dg.AssetIn(validated_flights),
 )
-def flight_outcomes(context: dg.AssetExecutionContext, flights):
-    from ml import features
-
-    return _published(context, features.flight_outcomes(flights))
 
 
 @_feature_table(

@@ -20,15 +20,8 @@ def p1_load_time() -> Ratio:
     location = median(measure(["-m", "benchmarks.load_time", "code_location"]), "seconds")
     dagster = median(measure(["-m", "benchmarks.load_time", "dagster"]), "seconds")
     value = location / dagster
-    return Ratio(
-        "P1",
-        "code-location load ÷ `import dagster`",
-        location,
-        dagster,
-        "s",
-        "<= 1.5",
-        value,
-        value <= 1.5,
+    return Ratio.judged(
+        "P1", "code-location load ÷ `import dagster`", location, dagster, value, "<= 1.5"
     )
 
 
@@ -37,15 +30,8 @@ def p3_validation(rows: int) -> Ratio:
     gx = median(measure([*argv, "gx", "--rows", str(rows)]), "seconds")
     pandas = median(measure([*argv, "pandas", "--rows", str(rows)]), "seconds")
     value = pandas / gx  # rows/s of GX ÷ rows/s of pandas, same rows
-    return Ratio(
-        "P3",
-        f"GX rows/s ÷ hand-written pandas rows/s ({rows:,} rows)",
-        gx,
-        pandas,
-        "s",
-        ">= 0.5",
-        value,
-        value >= 0.5,
+    return Ratio.judged(
+        "P3", f"GX rows/s ÷ hand-written pandas rows/s ({rows:,} rows)", gx, pandas, value, ">= 0.5"
     )
 
 
@@ -54,15 +40,8 @@ def p4_retrieval(home: Path) -> Ratio:
     feast = median(measure([*argv, "feast", "--home", str(home)]), "seconds")
     native = median(measure([*argv, "duckdb", "--home", str(home)]), "seconds")
     value = native / feast  # rows/s through Feast ÷ rows/s of the native query, same rows
-    return Ratio(
-        "P4",
-        "Feast retrieval ÷ native DuckDB ASOF JOIN (the year)",
-        feast,
-        native,
-        "s",
-        ">= 0.5",
-        value,
-        value >= 0.5,
+    return Ratio.judged(
+        "P4", "Feast retrieval ÷ native DuckDB ASOF JOIN (the year)", feast, native, value, ">= 0.5"
     )
 
 
@@ -73,15 +52,13 @@ def p5_materialization(home: Path) -> Ratio:
     values = feast[0]["values"]
     assert all(s["values"] == values for s in feast + floor), "both sides write the same rows"
     value = median(floor, "seconds") / median(feast, "seconds")  # values/s ÷ values/s
-    return Ratio(
+    return Ratio.judged(
         "P5",
         f"Feast materialize ÷ SQLite upserts ({values / 1e6:.2f}M values)",
         median(feast, "seconds"),
         median(floor, "seconds"),
-        "s",
-        ">= 0.5",
         value,
-        value >= 0.5,
+        ">= 0.5",
     )
 
 

@@ -31,6 +31,15 @@ class Ratio:
     value: float
     met: bool
 
+    @classmethod
+    def judged(
+        cls, id: str, what: str, numerator: float, denominator: float, value: float, target: str
+    ) -> "Ratio":
+        """A ratio of two times in seconds, and whether it meets `target` (">= x" or "<= x")."""
+        op, bound = target.split()
+        met = value >= float(bound) if op == ">=" else value <= float(bound)
+        return cls(id, what, numerator, denominator, "s", target, value, met)
+
     def row(self) -> str:
         mark = "ok" if self.met else "MISSED"
         return (

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import dagster as dg
 
-DEFAULT_START = "2013-01-01"
+DEFAULT_START = "2013-01-29"
 DEFAULT_END = "2013-02-28"
 HISTORY_DAYS = 28
-"""The training set starts once the trailing-delay features have a full window behind them."""
+"""Days processed before the training window, so its trailing-delay features have their history
+(fewer at the start of the data)."""
 SPLIT_SHARES = (0.70, 0.15)
 """Train and validation shares of the training set's days; the test part gets the rest."""
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
@@ -90,20 +91,16 @@ class TrainingSetOutcome:
     problem: str = ""
 
 
-def training_config(first: dt.date, last: dt.date) -> dict[str, str]:
-    """The training set's days and split for a run over [first, last]: from the first day with a
-    full history window (or `first`, for short runs) to `last`, split 70/15/15 by day."""
-    start = first + dt.timedelta(days=HISTORY_DAYS)
+def training_config(start: dt.date, last: dt.date) -> dict[str, str]:
+    """The training set over [start, last], split 70/15/15 by day (at least a day each)."""
     end = last + dt.timedelta(days=1)
-    if (end - start).days < 3:
-        start = first
     days = (end - start).days
-    validation = start + dt.timedelta(days=int(days * SPLIT_SHARES[0]))
-    test = start + dt.timedelta(days=int(days * sum(SPLIT_SHARES)))
+    validation = min(max(int(days * SPLIT_SHARES[0]), 1), days - 2)
+    test = min(max(int(days * sum(SPLIT_SHARES)), validation + 1), days - 1)
     return {
         "start": start.isoformat(),
-        "validation_start": max(validation, start + dt.timedelta(days=1)).isoformat(),
-        "test_start": min(max(test, validation + dt.timedelta(days=1)), last).isoformat(),
+        "validation_start": (start + dt.timedelta(days=validation)).isoformat(),
+        "test_start": (start + dt.timedelta(days=test)).isoformat(),
         "end": end.isoformat(),
     }
 
@@ -182,11 +179,20 @@ def _percent(rate: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the lifecycle on the bundled data.")
-    parser.add_argument("--start", default=DEFAULT_START, help="first day (YYYY-MM-DD)")
+    parser.add_argument(
+        "--start",
+        default=DEFAULT_START,
+        help=f"first day of the training set (YYYY-MM-DD); days from {HISTORY_DAYS} days earlier"
+        " are processed too, for the trailing-delay history",
+    )
     parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
     args = parser.parse_args(argv)
 
-    # Pydantic 2 warns about dagster-shared's v1-style attribute access; not ours to change.
+    # Feast installs a DeprecationWarning filter of its own when imported, ahead of any set
+    # before; importing it first lets the filter below hold. The warning is pydantic 2's about
+    # dagster-shared's v1-style attribute access: not ours to change.
+    import feast  # noqa: F401
+
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
     from pipelines.definitions import REPO_ROOT, defs, local_home
     from pipelines.partitions import daily_partitions
@@ -194,13 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     home = local_home()
     ensure_dagster_home(home, REPO_ROOT)
     start, end = dt.date.fromisoformat(args.start), dt.date.fromisoformat(args.end)
+    if (end - start).days < 2:
+        parser.error(f"the training window {start}..{end} needs at least 3 days (train/val/test)")
+    first = start - dt.timedelta(days=HISTORY_DAYS)
     partitions = [
         key
         for key in daily_partitions.get_partition_keys()
-        if start <= dt.date.fromisoformat(key) <= end
+        if first <= dt.date.fromisoformat(key) <= end
     ]
     if not partitions:
-        parser.error(f"no partitions between {start} and {end}")
+        parser.error(f"no partitions between {first} and {end}")
 
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
@@ -214,13 +223,17 @@ def main(argv: list[str] | None = None) -> int:
             if not setup.success:
                 print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
                 return 1
+        # The lead-in days are only ingested and validated: the window's history features read
+        # their published flights; their own features would need a lead-in of their own.
+        lead_in = defs.resolve_job_def("ingest_and_validate")
         daily = defs.resolve_job_def("daily_partition")
         outcomes = []
         for partition in partitions:
-            outcome = run_day(daily, instance, partition)
+            in_window = dt.date.fromisoformat(partition) >= start
+            outcome = run_day(daily if in_window else lead_in, instance, partition)
             outcomes.append(outcome)
             status = "published" if outcome.success else "REFUSED"
-            print(f"{partition}: {status}", flush=True)
+            print(f"{partition}: {status}{'' if in_window else ' (history lead-in)'}", flush=True)
         training = run_training_set(
             defs.resolve_job_def("build_training_set"), instance, training_config(start, end)
         )
