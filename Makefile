@@ -6,6 +6,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 UV_VERSION := $(shell sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements.lock)
+# Wheels on this machine's disk, torch's CPU build among them (pip reads the same variable).
+export UV_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 # Settled on the first line of every recipe that needs the environment.
 ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
