@@ -1,0 +1,183 @@
+"""The training configuration: one typed tree shared by the Dagster asset's config and the
+`python -m ml.train` command line, validated in one place.
+
+On the command line every field is a dotted flag: `--optim.lr 0.003 --model.hidden_sizes 256,64`.
+"""
+
+import argparse
+import dataclasses
+import itertools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    training_set: str = ""
+    """Parquet file of the training set (the `training_set` asset): features, label, split."""
+    label: str = "arrival_delayed"
+    """The 0/1 label column."""
+    split_column: str = "split"
+    """Column naming each row's part: train, validation or test."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    hidden_sizes: tuple[int, ...] = (128, 64)
+    """Widths of the MLP's hidden layers."""
+    max_embedding_dim: int = 16
+    """Embedding width of a categorical feature: min(this, ceil(sqrt(vocabulary size)) + 1)."""
+    dropout: float = 0.1
+    """Dropout after every hidden layer, as a fraction."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 3e-3
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 1e-4
+    batch_size: int = 512
+    """Rows per step on each rank; the global batch is this times the world size."""
+    max_epochs: int = 20
+    patience_epochs: int = 3
+    """Stop after this many epochs without a lower validation loss."""
+    warmup_fraction: float = 0.05
+    """Share of the planned steps spent warming the learning rate up linearly, as a fraction."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 2013
+    """Seeds parameter init, shuffling and dropout on every rank."""
+    output_dir: str = ""
+    """Where checkpoints, weights and the run manifest go."""
+    checkpoint_every_steps: int = 200
+    process_group_timeout_s: int = 60
+    """How long a collective waits for a missing rank before failing (torch's default is 30 min)."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "model.hidden_sizes": all(w > 0 for w in self.model.hidden_sizes),
+            "model.max_embedding_dim": self.model.max_embedding_dim > 0,
+            "model.dropout": 0.0 <= self.model.dropout < 1.0,
+            "optim.lr": self.optim.lr > 0,
+            "optim.weight_decay": self.optim.weight_decay >= 0,
+            "optim.batch_size": self.optim.batch_size > 0,
+            "optim.max_epochs": self.optim.max_epochs > 0,
+            "optim.patience_epochs": self.optim.patience_epochs > 0,
+            "optim.warmup_fraction": 0.0 <= self.optim.warmup_fraction < 1.0,
+            "checkpoint_every_steps": self.checkpoint_every_steps > 0,
+            "process_group_timeout_s": self.process_group_timeout_s > 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"invalid training config: {name}={_get(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        """The config of a nested dict (e.g. Dagster run config); unknown keys are refused."""
+        return _build(cls, values, "")
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """A command line with one `--section.field` flag per config field, defaults shown."""
+    out = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    for name, _, default, doc in _leaves(TrainConfig, TrainConfig(), ""):
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        out.add_argument(f"--{name}", type=str, default=shown, help=doc or " ", dest=name)
+    return out
+
+
+def from_args(args: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = {}
+    for name, kind, _, _ in _leaves(TrainConfig, TrainConfig(), ""):
+        node = values
+        *sections, leaf = name.split(".")
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = _parse(getattr(args, name), kind, name)
+    return TrainConfig.from_dict(values)
+
+
+def _leaves(cls: type, instance: Any, prefix: str):
+    """(dotted name, type, default, docstring) of every leaf field, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls):
+        kind, value = hints[f.name], getattr(instance, f.name)
+        if dataclasses.is_dataclass(kind):
+            yield from _leaves(kind, value, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+        else:
+            yield f"{prefix}{f.name}", kind, value, docs.get(f.name, "")
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field (the convention used above), from the class source."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _parse(text: str, kind: Any, name: str) -> Any:
+    try:
+        if typing.get_origin(kind) is tuple:
+            (item,) = {a for a in typing.get_args(kind) if a is not Ellipsis}
+            return tuple(item(part) for part in str(text).split(",") if part.strip())
+        if kind is bool:
+            return str(text).lower() in ("1", "true", "yes")
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"invalid training config: {name}={text!r} is not a {kind}") from None
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"invalid training config: unknown field(s) {[prefix + u for u in unknown]}"
+        )
+    kwargs = {}
+    for name, value in values.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind):
+            kwargs[name] = _build(kind, value, f"{prefix}{name}.")  # type: ignore[arg-type]
+        elif typing.get_origin(kind) is tuple or isinstance(kind, types.GenericAlias):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _get(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config

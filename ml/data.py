@@ -1,0 +1,133 @@
+"""Training-set frames → tensors.
+
+Features are the FeatureService's columns, `<view>__<feature>`. Numbers are standardized with
+the train split's mean and standard deviation, a missing value becomes 0 (the mean) plus a
+missing flag; text columns become indices into a vocabulary of the train split's values, with 0
+reserved for anything else (unknown or missing). Everything is fitted on the train split only,
+so validation and test rows see exactly what serving will see.
+"""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+FEATURE_SEPARATOR = "__"
+UNKNOWN = 0
+"""Vocabulary index of a value not seen in the train split, or a missing one."""
+
+
+@dataclass(frozen=True)
+class Tensors:
+    """One split as tensors: standardized numbers (+ missing flags), category indices, labels."""
+
+    numeric: torch.Tensor
+    categorical: torch.Tensor
+    label: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+
+@dataclass(frozen=True)
+class Preprocessor:
+    """What was fitted on the train split; stored beside the weights, needed to serve them."""
+
+    numeric: list[str]
+    mean: list[float]
+    std: list[float]
+    categorical: list[str]
+    vocabularies: list[list[str]]
+
+    @classmethod
+    def fit(cls, train: pd.DataFrame) -> "Preprocessor":
+        features = feature_columns(train)
+        numeric = [c for c in features if pd.api.types.is_numeric_dtype(train[c])]
+        categorical = [c for c in features if c not in numeric]
+        values = train[numeric].astype("float64")
+        mean = values.mean().fillna(0.0)
+        std = values.std(ddof=0).fillna(1.0).replace(0.0, 1.0)
+        vocabularies = [sorted(train[c].dropna().astype(str).unique()) for c in categorical]
+        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies)
+
+    @property
+    def cardinalities(self) -> list[int]:
+        """Embedding rows per categorical feature, the reserved unknown index included."""
+        return [len(v) + 1 for v in self.vocabularies]
+
+    @property
+    def numeric_width(self) -> int:
+        return 2 * len(self.numeric)
+
+    def transform(self, frame: pd.DataFrame, label: str) -> Tensors:
+        missing = [c for c in [*self.numeric, *self.categorical, label] if c not in frame.columns]
+        if missing:
+            raise ValueError(f"training data lacks the column(s) {missing}")
+        values = frame[self.numeric].to_numpy(dtype="float64", na_value=np.nan)
+        absent = np.isnan(values)
+        scaled = np.where(absent, 0.0, (values - self.mean) / self.std)
+        numeric = np.concatenate([scaled, absent.astype("float64")], axis=1).astype("float32")
+        indices = (
+            np.stack(
+                [
+                    _indices(frame[column], vocabulary)
+                    for column, vocabulary in zip(self.categorical, self.vocabularies, strict=True)
+                ],
+                axis=1,
+            )
+            if self.categorical
+            else np.zeros((len(frame), 0), dtype="int64")
+        )
+        labels = frame[label].to_numpy(dtype="float32")
+        return Tensors(
+            torch.from_numpy(numeric), torch.from_numpy(indices), torch.from_numpy(labels)
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Preprocessor":
+        return cls(**json.loads(text))
+
+
+def feature_columns(frame: pd.DataFrame) -> list[str]:
+    """The FeatureService's columns of a training set, in its order."""
+    return [c for c in frame.columns if FEATURE_SEPARATOR in c]
+
+
+def _indices(column: pd.Series, vocabulary: list[str]) -> np.ndarray:
+    lookup = pd.Index(vocabulary)
+    positions = lookup.get_indexer(pd.Index(column.astype("string").fillna("\0missing")))
+    return np.where(positions < 0, UNKNOWN, positions + 1).astype("int64")
+
+
+@dataclass(frozen=True)
+class Shards:
+    """Which rows each rank trains on, per epoch: one seeded permutation of all rows, padded
+    to a multiple of the world size and dealt out round-robin (torch's DistributedSampler
+    scheme), so every rank sees as many batches and the assignment is reproducible."""
+
+    rows: int
+    world_size: int
+    seed: int
+
+    def indices(self, rank: int, epoch: int) -> torch.Tensor:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} is not in [0, {self.world_size})")
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        order = torch.randperm(self.rows, generator=generator)
+        per_rank = -(-self.rows // self.world_size)
+        padded = torch.cat([order, order[: per_rank * self.world_size - self.rows]])
+        return padded[rank :: self.world_size]
+
+    def fingerprint(self, epochs: int) -> str:
+        """sha256 of every rank's rows for `epochs` epochs: the lineage of what each rank saw."""
+        digest = hashlib.sha256(f"{self.rows}/{self.world_size}/{self.seed}".encode())
+        for epoch in range(epochs):
+            for rank in range(self.world_size):
+                digest.update(self.indices(rank, epoch).numpy().tobytes())
+        return digest.hexdigest()

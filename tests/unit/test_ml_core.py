@@ -1,0 +1,103 @@
+"""The training core as plain functions: config, preprocessing, sharding, the model."""
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from ml.config import ModelConfig, TrainConfig, from_args, parser
+from ml.data import UNKNOWN, Preprocessor, Shards
+from ml.model import DelayClassifier
+
+pytestmark = pytest.mark.unit
+
+
+def frame(carriers, temps, labels) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "flight_id": [f"f{i}" for i in range(len(labels))],
+            "flight_schedule__carrier_code": pd.array(carriers, dtype="string"),
+            "origin_weather__temp_f": temps,
+            "arrival_delayed": labels,
+        }
+    )
+
+
+def test_the_command_line_and_the_nested_dict_build_the_same_validated_config():
+    args = parser("train").parse_args(["--optim.lr", "0.01", "--model.hidden_sizes", "32,8"])
+    config = from_args(args)
+    assert config.optim.lr == 0.01 and config.model.hidden_sizes == (32, 8)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    assert "--process_group_timeout_s" in parser("train").format_help()
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"optim": {"lr": 0.0}}, "optim.lr=0.0"),
+        ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
+        ({"optim": {"batchsize": 3}}, "unknown field(s) ['optim.batchsize']"),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_field(values, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        TrainConfig.from_dict(values)
+
+
+def test_preprocessing_is_fitted_on_train_only_and_maps_unseen_values_to_unknown():
+    train = frame(["AA", "UA", "AA", None], [10.0, 20.0, np.nan, 30.0], [0, 1, 0, 1])
+    fitted = Preprocessor.fit(train)
+    assert fitted.categorical == ["flight_schedule__carrier_code"]
+    assert fitted.vocabularies == [["AA", "UA"]] and fitted.cardinalities == [3]
+    assert fitted.mean == [20.0]
+
+    later = fitted.transform(
+        frame(["UA", "ZZ", None], [20.0, np.nan, 40.0], [1, 0, 1]), "arrival_delayed"
+    )
+    assert later.categorical[:, 0].tolist() == [2, UNKNOWN, UNKNOWN]
+    scaled, absent = later.numeric[:, 0], later.numeric[:, 1]
+    assert scaled.tolist()[0] == 0.0 and absent.tolist() == [0.0, 1.0, 0.0]
+    assert scaled[2].item() == pytest.approx(20.0 / np.std([10.0, 20.0, 30.0]))
+    assert Preprocessor.from_json(fitted.to_json()) == fitted
+
+
+def test_a_missing_feature_column_is_refused_by_name():
+    fitted = Preprocessor.fit(frame(["AA"], [1.0], [0]))
+    with pytest.raises(ValueError, match="origin_weather__temp_f"):
+        fitted.transform(
+            frame(["AA"], [1.0], [0]).drop(columns="origin_weather__temp_f"), "arrival_delayed"
+        )
+
+
+def test_shards_cover_every_row_each_epoch_equally_and_reproducibly():
+    shards = Shards(rows=10, world_size=3, seed=7)
+    epoch0 = [shards.indices(rank, 0) for rank in range(3)]
+    assert {len(s) for s in epoch0} == {4}  # 10 rows padded to 12
+    assert set(torch.cat(epoch0).tolist()) == set(range(10))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(epoch0, [shards.indices(r, 0) for r in range(3)], strict=True)
+    )
+    assert not torch.equal(shards.indices(0, 0), shards.indices(0, 1))
+    assert (
+        shards.fingerprint(2) == Shards(10, 3, 7).fingerprint(2) != Shards(10, 3, 8).fingerprint(2)
+    )
+    with pytest.raises(ValueError, match="rank 3"):
+        shards.indices(3, 0)
+
+
+def test_the_model_gives_one_logit_per_row_and_the_same_seed_the_same_weights():
+    def build() -> DelayClassifier:
+        torch.manual_seed(0)
+        return DelayClassifier(4, [3, 10], ModelConfig(hidden_sizes=(8,), max_embedding_dim=4))
+
+    model = build()
+    logits = model(torch.zeros(5, 4), torch.tensor([[0, 9]] * 5))
+    assert logits.shape == (5,)
+    assert [e.embedding_dim for e in model.embeddings] == [3, 4]
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), build().state_dict().values(), strict=True)
+    )
