@@ -1,0 +1,126 @@
+"""Checkpoints that a killed writer cannot corrupt.
+
+Each checkpoint is a fresh directory `step-<000000123>` under the checkpoint root, written as
+`.step-...-<random>.tmp` first: model weights (safetensors), optimizer and scheduler state and the
+RNG states (`torch.save` of tensors and plain values, read back with `weights_only=True`), the
+trainer's position (JSON), a manifest with the sha256 of every file, and last a `COMPLETE`
+marker; then the directory is renamed into place. Loading takes the newest directory whose
+marker exists and whose files match the manifest; anything else is ignored.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = "model.safetensors"
+STATE = "state.pt"
+POSITION = "position.json"
+MANIFEST = "manifest.json"
+COMPLETE = "COMPLETE"
+PREFIX = "step-"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where training stood: enough to continue exactly as if never stopped."""
+
+    step: int
+    epoch: int
+    batch_in_epoch: int
+    world_size: int
+    best_validation_loss: float
+    epochs_without_improvement: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    position: Position
+    weights: dict[str, torch.Tensor]
+    state: dict[str, Any]
+    """Optimizer, scheduler and RNG states."""
+
+
+def save(
+    root: Path,
+    position: Position,
+    weights: dict[str, torch.Tensor],
+    state: dict[str, Any],
+) -> Path:
+    """Write a checkpoint atomically; returns its directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{PREFIX}{position.step:09d}"
+    temp = root / f".{final.name}-{uuid.uuid4().hex[:8]}.tmp"
+    temp.mkdir()
+    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, temp / WEIGHTS)
+    torch.save(state, temp / STATE)
+    (temp / POSITION).write_text(json.dumps(asdict(position), sort_keys=True))
+    manifest = {name: _sha256(temp / name) for name in (WEIGHTS, STATE, POSITION)}
+    (temp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
+    (temp / COMPLETE).write_text("")
+    for path in temp.iterdir():
+        _fsync(path)
+    if final.exists():  # the same step written again (a restart): the new one replaces it
+        shutil.rmtree(final)
+    os.replace(temp, final)
+    _fsync(root)
+    return final
+
+
+def latest(root: Path, world_size: int) -> Checkpoint | None:
+    """The newest complete checkpoint under `root`, or None; refuses another world size."""
+    if not root.is_dir():
+        return None
+    for path in sorted(root.glob(f"{PREFIX}*"), reverse=True):
+        if not _intact(path):
+            log.warning("checkpoint %s is incomplete or corrupt; ignored", path)
+            continue
+        position = Position(**json.loads((path / POSITION).read_text()))
+        if position.world_size != world_size:
+            raise ValueError(
+                f"checkpoint {path} was written by {position.world_size} process(es); this run"
+                f" has {world_size}. Resume with the same world size, or start in a new directory."
+            )
+        return Checkpoint(
+            path=path,
+            position=position,
+            weights=load_file(path / WEIGHTS),
+            state=torch.load(path / STATE, weights_only=True),
+        )
+    return None
+
+
+def _intact(path: Path) -> bool:
+    if not (path / COMPLETE).is_file() or not (path / MANIFEST).is_file():
+        return False
+    manifest = json.loads((path / MANIFEST).read_text())
+    return all(
+        (path / name).is_file() and _sha256(path / name) == h for name, h in manifest.items()
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

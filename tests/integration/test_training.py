@@ -1,0 +1,121 @@
+"""Training as a real process: reproducible weights, a killed run resumed exactly, checkpoints a
+killed writer cannot corrupt, a world size that does not match refused."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from ml import checkpoint
+
+pytestmark = pytest.mark.integration
+
+FLAGS = ["--optim.max_epochs", "4", "--optim.batch_size", "64", "--checkpoint_every_steps", "5"]
+
+
+@pytest.fixture(scope="module")
+def training_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small training set shaped like the real one: features, label, split."""
+    rng = np.random.default_rng(0)
+    rows = 4_000
+    carrier = rng.choice(["AA", "B6", "DL", "UA"], rows)
+    temp = rng.normal(40, 10, rows)
+    temp[rng.random(rows) < 0.05] = np.nan
+    signal_ = (carrier == "B6") * 1.0 + np.nan_to_num(temp - 40) / 10
+    frame = pd.DataFrame(
+        {
+            "flight_id": [f"f{i}" for i in range(rows)],
+            "flight_schedule__carrier_code": carrier,
+            "origin_weather__temp_f": temp,
+            "arrival_delayed": (signal_ + rng.normal(0, 1, rows) > 0.5).astype("int64"),
+            "split": np.where(np.arange(rows) < 3_000, "train", "validation"),
+        }
+    )
+    path = tmp_path_factory.mktemp("data") / "training_set.parquet"
+    frame.to_parquet(path)
+    return path
+
+
+def train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "ml.train", "--data.training_set", str(data)]
+    return subprocess.Popen(
+        [*argv, "--output_dir", str(out), *FLAGS, *extra],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen) -> None:
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-2000:]
+
+
+def weights_hash(out: Path) -> str:
+    return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_the_same_seed_gives_identical_weights_and_another_seed_different(training_set, tmp_path):
+    for name, seed in (("a", "1"), ("b", "1"), ("c", "2")):
+        finished(train(training_set, tmp_path / name, "--seed", seed))
+    assert weights_hash(tmp_path / "a") == weights_hash(tmp_path / "b")
+    assert weights_hash(tmp_path / "a") != weights_hash(tmp_path / "c")
+
+
+def test_a_run_killed_midway_resumes_to_bit_identical_weights(training_set, tmp_path):
+    finished(train(training_set, tmp_path / "whole"))
+
+    killed = train(training_set, tmp_path / "killed")
+    root = tmp_path / "killed" / "checkpoints"
+    deadline = time.monotonic() + 60
+    while not list(root.glob("step-*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    steps = sorted(root.glob("step-*"))
+    assert steps and not (tmp_path / "killed" / "model.safetensors").exists()
+
+    finished(train(training_set, tmp_path / "killed"))
+    assert weights_hash(tmp_path / "killed") == weights_hash(tmp_path / "whole")
+
+
+def test_an_incomplete_or_corrupt_checkpoint_is_ignored_for_the_previous_one(tmp_path):
+    weights = {"w": torch.arange(4.0)}
+    state = {"rng": torch.get_rng_state()}
+
+    def position(step: int) -> checkpoint.Position:
+        return checkpoint.Position(step, 0, step, 1, 1.0, 0)
+
+    good = checkpoint.save(tmp_path, position(5), weights, state)
+    torn = checkpoint.save(tmp_path, position(10), {"w": torch.zeros(4)}, state)
+    (torn / checkpoint.COMPLETE).unlink()  # killed before the marker
+    corrupt = checkpoint.save(tmp_path, position(15), {"w": torch.ones(4)}, state)
+    with (corrupt / checkpoint.WEIGHTS).open("r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x01")
+    (tmp_path / ".step-000000020-abcd.tmp").mkdir()  # killed mid-write
+
+    found = checkpoint.latest(tmp_path, world_size=1)
+    assert found is not None and found.path == good
+    assert torch.equal(found.weights["w"], weights["w"])
+
+
+def test_resuming_with_another_world_size_is_refused(tmp_path):
+    checkpoint.save(
+        tmp_path,
+        checkpoint.Position(5, 0, 5, 2, 1.0, 0),
+        {"w": torch.zeros(1)},
+        {"rng": torch.get_rng_state()},
+    )
+    with pytest.raises(ValueError, match="written by 2 process"):
+        checkpoint.latest(tmp_path, world_size=1)
