@@ -21,6 +21,8 @@ class DataConfig:
     """The 0/1 label column."""
     split_column: str = "split"
     """Column naming each row's part: train, validation or test."""
+    feature_service: str = "flight_delay_v1"
+    """The Feast FeatureService the training set was joined through (recorded in the manifest)."""
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,13 @@ from torch.nn.parallel import DistributedDataParallel
 from ml import checkpoint
 from ml.config import TrainConfig, from_args, parser
 from ml.data import Preprocessor, Shards, Tensors
+from ml.dataset import fingerprint
+from ml.manifest import RunManifest, environment
 from ml.model import DelayClassifier
 
 log = logging.getLogger("ml.train")
 
+REPO = Path(__file__).resolve().parents[1]
 WEIGHTS = "model.safetensors"
 PREPROCESSOR = "preprocessor.json"
 RESULT = "result.json"
@@ -167,6 +170,15 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     if ranks.is_main:
         save_file(best_weights, weights)
         (Path(config.output_dir) / PREPROCESSOR).write_text(preprocessor.to_json())
+        RunManifest(
+            seed=config.seed,
+            **environment(REPO),
+            world_size=ranks.world_size,
+            data_fingerprint=fingerprint(frame),
+            feature_service=config.data.feature_service,
+            shards_fingerprint=shards.fingerprint(epoch),
+            config=config.to_dict(),
+        ).write(Path(config.output_dir))
     losses = history["validation_loss"]
     result = TrainResult(
         epochs=epoch,

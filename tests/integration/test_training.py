@@ -2,6 +2,7 @@
 killed writer cannot corrupt, a world size that does not match refused."""
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from ml import checkpoint
+from ml.dataset import fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +72,10 @@ def test_the_same_seed_gives_identical_weights_and_another_seed_different(traini
         finished(train(training_set, tmp_path / name, "--seed", seed))
     assert weights_hash(tmp_path / "a") == weights_hash(tmp_path / "b")
     assert weights_hash(tmp_path / "a") != weights_hash(tmp_path / "c")
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["data_fingerprint"] == fingerprint(pd.read_parquet(training_set))
+    assert manifest["seed"] == 1 and manifest["world_size"] == 1
+    assert manifest["libraries"]["torch"].startswith("2.13.0")
 
 
 def test_a_run_killed_midway_resumes_to_bit_identical_weights(training_set, tmp_path):
