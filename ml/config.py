@@ -111,6 +111,14 @@ def from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig.from_dict(values)
 
 
+def to_args(config: TrainConfig) -> list[str]:
+    """The command line that `from_args` turns back into `config`."""
+    out = []
+    for name, _, value, _ in _leaves(TrainConfig, config, ""):
+        out += [f"--{name}", ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    return out
+
+
 def _leaves(cls: type, instance: Any, prefix: str):
     """(dotted name, type, default, docstring) of every leaf field, in declaration order."""
     hints = typing.get_type_hints(cls)

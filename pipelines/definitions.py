@@ -11,17 +11,19 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import features, ingestion, validation
+from assets import features, ingestion, training, validation
 from pipelines.jobs import (
     daily_ingestion_job,
     daily_job,
     dimensions_job,
     feature_registry_job,
+    training_job,
     training_set_job,
 )
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
-from resources.lake import ParquetLake
+from resources.lake import LakePaths, ParquetLake
+from resources.launchers import LocalTorchrun
 from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +44,10 @@ def local_resources(home: Path) -> dict[str, object]:
     return {
         "source": _source(),
         "lake": ParquetLake(root=str(home / "lake")),
+        "lake_paths": LakePaths(root=str(home / "lake")),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
+        "launcher": LocalTorchrun(output_root=str(home / "models")),
     }
 
 
@@ -56,7 +60,7 @@ def resources_for(environment: str) -> dict[str, object]:
 def definitions(resources: dict[str, object]) -> dg.Definitions:
     """The whole lifecycle wired to `resources` (tests pass their own, under a temporary home)."""
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([ingestion, validation, features]),
+        assets=dg.load_assets_from_modules([ingestion, validation, features, training]),
         asset_checks=dg.load_asset_checks_from_modules([validation]),
         jobs=[
             daily_ingestion_job,
@@ -64,6 +68,7 @@ def definitions(resources: dict[str, object]) -> dg.Definitions:
             dimensions_job,
             feature_registry_job,
             training_set_job,
+            training_job,
         ],
         resources=resources,
     )

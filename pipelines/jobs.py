@@ -43,3 +43,9 @@ training_set_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("training_set"),
     description="Join the labelled flights of a window through the FeatureService; split by date.",
 )
+
+training_job = dg.define_asset_job(
+    "train_model",
+    selection=dg.AssetSelection.assets("trained_model"),
+    description="Train the delay classifier on the latest training set (torchrun, via Pipes).",
+)

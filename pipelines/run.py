@@ -3,7 +3,8 @@ the results are.
 
 First the dimension tables and the Feast registry; then each day is one Dagster run of
 `daily_partition` (ingest, validate, feature tables, online store); then a training set over the
-days that have a full feature history. Every run is recorded in the local instance exactly as a
+days that have a full feature history; then `trained_model`, two torchrun workers launched
+through Dagster Pipes. Every run is recorded in the local instance exactly as a
 run launched from the UI would be, so `make dev` afterwards shows every run, materialization and
 check result. Runs execute in this process: one process keeps GX, Feast and the bundled data
 loaded instead of paying their start-up once per step.
@@ -82,8 +83,8 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
 
 
 @dataclass
-class TrainingSetOutcome:
-    """What the training-set run produced, for the summary."""
+class AssetRun:
+    """What a run of one unpartitioned asset produced, for the summary."""
 
     success: bool
     window: str
@@ -105,12 +106,12 @@ def training_config(start: dt.date, last: dt.date) -> dict[str, str]:
     }
 
 
-def run_training_set(
-    job: dg.JobDefinition, instance: dg.DagsterInstance, config: dict[str, str]
-) -> TrainingSetOutcome:
-    run_config = {**QUIET, "ops": {"training_set": {"config": config}}}
+def run_asset(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, ops: dict, window: str = ""
+) -> AssetRun:
+    run_config = {**QUIET, "ops": ops}
     result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=run_config)
-    outcome = TrainingSetOutcome(result.success, f"[{config['start']}, {config['end']})")
+    outcome = AssetRun(result.success, window)
     for event in result.all_events:
         if event.is_step_materialization:
             metadata = event.step_materialization_data.materialization.metadata
@@ -121,7 +122,7 @@ def run_training_set(
 
 
 def print_summary(
-    outcomes: list[DayOutcome], training: TrainingSetOutcome, home: Path, seconds: float
+    outcomes: list[DayOutcome], training: AssetRun, model: AssetRun, home: Path, seconds: float
 ) -> None:
     published = [o for o in outcomes if o.success]
 
@@ -130,7 +131,7 @@ def print_summary(
 
     print()
     print(
-        f"Ran {len(outcomes)} day(s) and a training set in {seconds:.1f} s:"
+        f"Ran {len(outcomes)} day(s), a training set and training in {seconds:.1f} s:"
         f" {len(published)} day(s) published, {len(outcomes) - len(published)} refused."
     )
     print(
@@ -163,10 +164,23 @@ def print_summary(
         )
     else:
         print(f"  training set {training.window}: FAILED: {training.problem}")
+    if model.success:
+        meta = model.metadata
+        weights = Path(str(meta.get("weights")))
+        print(
+            f"  model: {meta.get('world_size')} processes, best validation loss"
+            f" {float(str(meta.get('best_validation_loss'))):.4f} at epoch {meta.get('best_epoch')}"
+            f" of {meta.get('epochs')}"
+        )
+        print(f"    weights:  {weights}")
+        print(f"    manifest: {weights.parent / 'manifest.json'}")
+    elif training.success:
+        print(f"  model: FAILED: {model.problem}")
     print()
     print(f"Results (all under {home}):")
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
     print(f"  training set:                                 {home / 'lake' / 'training_set'}")
+    print(f"  models (weights, manifest, checkpoints):      {home / 'models'}")
     print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
     print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
     print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
@@ -234,11 +248,18 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             status = "published" if outcome.success else "REFUSED"
             print(f"{partition}: {status}{'' if in_window else ' (history lead-in)'}", flush=True)
-        training = run_training_set(
-            defs.resolve_job_def("build_training_set"), instance, training_config(start, end)
+        window = training_config(start, end)
+        training = run_asset(
+            defs.resolve_job_def("build_training_set"),
+            instance,
+            {"training_set": {"config": window}},
+            f"[{window['start']}, {window['end']})",
         )
-    print_summary(outcomes, training, home, time.perf_counter() - began)
-    return 0 if training.success else 1
+        model = AssetRun(False, "")
+        if training.success:
+            model = run_asset(defs.resolve_job_def("train_model"), instance, {})
+    print_summary(outcomes, training, model, home, time.perf_counter() - began)
+    return 0 if training.success and model.success else 1
 
 
 if __name__ == "__main__":

@@ -142,3 +142,18 @@ class ParquetLake(dg.ConfigurableIOManager):
                 f"{asset_key.to_user_string()}{where} has not been materialized ({path})"
             )
         return pd.read_parquet(path)
+
+
+class LakePaths(ParquetLake):
+    """The same lake, read as the path of an unpartitioned asset's file instead of its rows: for
+    steps that hand the file to another process (training under torchrun)."""
+
+    def load_input(self, context: dg.InputContext) -> Path:  # type: ignore[override]
+        if context.has_asset_partitions:
+            raise ValueError(f"{context.asset_key.to_user_string()}: only unpartitioned assets")
+        path = self.path_for(context.asset_key, None)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{context.asset_key.to_user_string()} has not been materialized ({path})"
+            )
+        return path

@@ -125,3 +125,33 @@ def test_resuming_with_another_world_size_is_refused(tmp_path):
     )
     with pytest.raises(ValueError, match="written by 2 process"):
         checkpoint.latest(tmp_path, world_size=1)
+
+
+def test_trained_model_runs_two_torchrun_workers_through_pipes(training_set, tmp_path):
+    import shutil
+
+    import dagster as dg
+
+    from assets.features import training_set as training_set_asset
+    from assets.training import trained_model
+    from resources.lake import LakePaths, ParquetLake
+    from resources.launchers import LocalTorchrun
+
+    lake = tmp_path / "lake"
+    (lake / "training_set").mkdir(parents=True)
+    shutil.copy(training_set, lake / "training_set" / "data.parquet")
+    result = dg.materialize(
+        [training_set_asset.to_source_asset(), trained_model],
+        resources={
+            "lake": ParquetLake(root=str(lake)),
+            "lake_paths": LakePaths(root=str(lake)),
+            "launcher": LocalTorchrun(output_root=str(tmp_path / "models"), processes=2),
+        },
+        run_config={"ops": {"trained_model": {"config": {"train": {"optim": {"max_epochs": 2}}}}}},
+    )
+    assert result.success
+    metadata = result.get_asset_materialization_events()[0].materialization.metadata
+    assert metadata["world_size"].value == 2
+    assert metadata["epochs"].value == 2  # reported by rank 0 through Pipes
+    assert Path(metadata["weights"].value).is_file()
+    assert metadata["data_fingerprint"].value == fingerprint(pd.read_parquet(training_set))

@@ -54,6 +54,7 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
         "feature_registry",
         "online_features",
         "training_set",
+        "trained_model",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {("raw_flights", "flights_contract"), ("raw_weather", "weather_contract")}
