@@ -73,7 +73,12 @@ def test_the_ui_serves_the_graph_partitions_and_checks_on_localhost(tmp_path: Pa
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
 
-    assert {nodes[k]["groupName"] for k in nodes} == {"ingestion", "validation", "features"}
+    assert {nodes[k]["groupName"] for k in nodes} == {
+        "ingestion",
+        "validation",
+        "features",
+        "training",
+    }
     assert nodes["carrier_history"]["partitionDefinition"]["type"] == "TIME_WINDOW"
     assert nodes["training_set"]["partitionDefinition"] is None
     assert nodes["raw_flights"]["partitionDefinition"]["type"] == "TIME_WINDOW"
