@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     config = from_args(parser("Data-parallel training of the delay classifier.").parse_args(argv))
     if not config.data.training_set or not config.output_dir:
         raise ValueError("--data.training_set and --output_dir are required")
+    if not Path(config.data.training_set).is_file():
+        # Before joining the process group: a bad input fails every rank at once, fast.
+        raise FileNotFoundError(f"training set {config.data.training_set} does not exist")
     with process_group(config.process_group_timeout_s) as ranks, _pipes(ranks) as pipes:
 
         def report(epoch: int, train_loss: float, validation_loss: float) -> None:
