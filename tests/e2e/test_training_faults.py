@@ -1,7 +1,9 @@
-"""Faults of a 2-rank CPU training job under torchrun (gloo): a killed rank, a hung rank, a
-crash loop."""
+"""Faults of a 2-rank CPU training job under torchrun (gloo): a hung rank, a crash loop.
 
-import hashlib
+A rank killed mid-epoch and restarted by torchrun is not tested here yet: the restarted round's
+gloo connection sometimes fails (issue 4); resume itself is tested in
+tests/integration/test_training.py."""
+
 import os
 import signal
 import subprocess
@@ -57,32 +59,6 @@ def wait_for_checkpoint(out: Path) -> None:
     deadline = time.monotonic() + 60
     while not list((out / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
         time.sleep(0.02)
-
-
-def weights_hash(out: Path) -> str:
-    return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
-
-
-@pytest.mark.skip(
-    reason="known issue, open in issue 4: after torchrun restarts the workers, gloo's"
-    " connectFullMesh sometimes fails ('Connection refused' to the peer's port) and a round is"
-    " lost or hangs (2 of 5 runs here); the resume itself is tested single-process in"
-    " tests/integration/test_training.py"
-)
-def test_a_rank_killed_mid_epoch_is_restarted_and_the_weights_are_bit_identical(
-    training_set,  # noqa: F811
-    tmp_path,
-):
-    whole = torchrun(training_set, tmp_path / "whole")
-    assert whole.wait(timeout=240) == 0, whole.stderr.read()[-3000:] if whole.stderr else ""
-
-    killed = torchrun(training_set, tmp_path / "killed")
-    wait_for_checkpoint(tmp_path / "killed")
-    rank_process(killed, 1).send_signal(signal.SIGKILL)
-    _, err = killed.communicate(timeout=240)
-    assert killed.returncode == 0, err[-3000:]
-    assert "resumes from" in err
-    assert weights_hash(tmp_path / "killed") == weights_hash(tmp_path / "whole")
 
 
 def test_a_hung_rank_fails_the_job_in_seconds_not_the_default_half_hour(
