@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
@@ -36,6 +37,7 @@ from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
 from ml.manifest import RunManifest, environment
 from ml.model import DelayClassifier
+from ml.node import EXIT_NOT_RETRYABLE
 
 log = logging.getLogger("ml.train")
 
@@ -223,14 +225,32 @@ def _labels(data: Tensors, index: torch.Tensor, device: torch.device) -> torch.T
     return data.label[index].to(device)
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = from_args(parser("Data-parallel training of the delay classifier.").parse_args(argv))
+def config_of(argv: list[str] | None) -> TrainConfig:
+    """The training config of a command line (`python -m ml.train --help`)."""
+    return from_args(parser("Data-parallel training of the delay classifier.").parse_args(argv))
+
+
+def check(config: TrainConfig) -> None:
+    """Refuse a config that cannot train, before any process group exists."""
     if not config.data.training_set or not config.output_dir:
         raise ValueError("--data.training_set and --output_dir are required")
     if not Path(config.data.training_set).is_file():
-        # Before joining the process group: a bad input fails every rank at once, fast.
         raise FileNotFoundError(f"training set {config.data.training_set} does not exist")
+    columns = set(pq.read_schema(config.data.training_set).names)
+    missing = sorted({config.data.label, config.data.split_column} - columns)
+    if missing:
+        raise ValueError(f"training set {config.data.training_set} lacks the column(s) {missing}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        config = config_of(argv)
+        # Before joining the process group: a bad input fails every rank at once, fast.
+        check(config)
+    except (ValueError, OSError) as error:  # OSError: also an unreadable Parquet file
+        log.error("%s", error)
+        return EXIT_NOT_RETRYABLE
     with process_group(config.process_group_timeout_s) as ranks, _pipes(ranks) as pipes:
 
         def report(epoch: int, train_loss: float, validation_loss: float) -> None:

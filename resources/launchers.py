@@ -40,7 +40,7 @@ class LocalTorchrun(TrainingLauncher):
         command = [
             sys.executable,
             "-m",
-            "torch.distributed.run",
+            "ml.node",
             "--standalone",
             f"--nproc-per-node={self.processes}",
             f"--max-restarts={self.max_restarts}",

@@ -1,9 +1,7 @@
-"""Faults of a 2-rank CPU training job under torchrun (gloo): a hung rank, a crash loop.
+"""Faults of a 2-rank CPU training job under torchrun (gloo), launched as every launcher does
+(`python -m ml.node`): a killed rank, a hung rank, a crash loop, a bad input."""
 
-A rank killed mid-epoch and restarted by torchrun is not tested here yet: the restarted round's
-gloo connection sometimes fails (issue 4); resume itself is tested in
-tests/integration/test_training.py."""
-
+import hashlib
 import os
 import signal
 import subprocess
@@ -14,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ml.node import EXIT_NOT_RETRYABLE
 from tests.integration.test_training import FLAGS, training_set  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +22,7 @@ def torchrun(data: Path, out: Path, *extra: str, restarts: int = 2) -> subproces
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "ml.node",
         "--standalone",
         "--nproc-per-node=2",
         f"--max-restarts={restarts}",
@@ -61,6 +60,35 @@ def wait_for_checkpoint(out: Path) -> None:
         time.sleep(0.02)
 
 
+def weights_hash(out: Path) -> str:
+    return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(training_set, tmp_path_factory) -> str:  # noqa: F811
+    out = tmp_path_factory.mktemp("whole")
+    whole = torchrun(training_set, out)
+    _, err = whole.communicate(timeout=240)
+    assert whole.returncode == 0, err[-3000:]
+    return weights_hash(out)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_killed_mid_epoch_is_restarted_and_the_weights_are_bit_identical(
+    training_set,  # noqa: F811
+    uninterrupted,
+    tmp_path,
+    rank,
+):
+    killed = torchrun(training_set, tmp_path)
+    wait_for_checkpoint(tmp_path)
+    rank_process(killed, rank).send_signal(signal.SIGKILL)
+    _, err = killed.communicate(timeout=240)
+    assert killed.returncode == 0, err[-3000:]
+    assert "resumes from" in err
+    assert weights_hash(tmp_path) == uninterrupted
+
+
 def test_a_hung_rank_fails_the_job_in_seconds_not_the_default_half_hour(
     training_set,  # noqa: F811
     tmp_path,
@@ -80,10 +108,20 @@ def test_a_hung_rank_fails_the_job_in_seconds_not_the_default_half_hour(
     assert time.monotonic() - began < 90
 
 
-def test_a_crash_loop_stops_after_the_bounded_restarts(tmp_path):
+def test_a_crash_loop_stops_after_the_bounded_restarts(training_set, tmp_path):  # noqa: F811
+    # A label column that is not 0/1 passes the pre-flight check and fails every worker.
     began = time.monotonic()
-    job = torchrun(tmp_path / "missing.parquet", tmp_path / "out", restarts=2)
+    job = torchrun(training_set, tmp_path / "out", "--data.label", "split", restarts=2)
     _, err = job.communicate(timeout=240)
-    assert job.returncode != 0
-    assert "FileNotFoundError" in err and "missing.parquet" in err
-    assert time.monotonic() - began < 120
+    assert job.returncode == 1, err[-3000:]
+    assert err.count("failed (exitcode: 1)") == 3  # the first attempt and 2 restarts
+    assert "could not convert string to float" in err
+    assert time.monotonic() - began < 150
+
+
+def test_a_missing_training_set_fails_at_once_with_the_reserved_exit_code(tmp_path):
+    job = torchrun(tmp_path / "missing.parquet", tmp_path / "out", restarts=2)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == EXIT_NOT_RETRYABLE
+    assert "missing.parquet does not exist" in err
+    assert "failed (exitcode" not in err  # no worker was started

@@ -1,0 +1,51 @@
+"""One node of a training job: torchrun, with the workers' outcome turned into an exit code a
+scheduler can act on.
+
+    python -m ml.node --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train <train flags>
+
+The arguments are torchrun's. Before any worker starts, the training flags are checked (config
+and training set): a bad one exits at once with `EXIT_NOT_RETRYABLE`, as does a job whose
+workers failed with that code. Kubernetes' podFailurePolicy turns that code into "fail the Job
+now" instead of retrying a run that cannot succeed; any other failure exits 1 (retryable:
+a lost node, an eviction, a hung rank).
+"""
+
+import logging
+import os
+import sys
+
+log = logging.getLogger("ml.node")
+
+EXIT_NOT_RETRYABLE = 78
+"""A bad configuration or input (sysexits' EX_CONFIG): retrying cannot help."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from ml import train
+
+    # A fresh store for every round of workers. torchrun otherwise keeps one TCPStore across
+    # restarts, without a per-round key prefix, and a restarted rank can read its peer's
+    # gloo address from the round before: "Connection refused", and the restart is lost.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.module and args.training_script == "ml.train":
+        try:
+            train.check(train.config_of(args.training_script_args))
+        except (ValueError, OSError) as error:
+            log.error("not starting: %s", error)
+            return EXIT_NOT_RETRYABLE
+    try:
+        run(args)
+    except ChildFailedError as failed:
+        codes = sorted({failure.exitcode for failure in failed.failures.values()})
+        log.error("training failed: worker exit code(s) %s", codes)
+        return EXIT_NOT_RETRYABLE if EXIT_NOT_RETRYABLE in codes else 1
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    sys.exit(main())
