@@ -58,8 +58,11 @@ def save(
     weights: dict[str, torch.Tensor],
     state: dict[str, Any],
 ) -> Path:
-    """Write a checkpoint atomically; returns its directory."""
+    """Write a checkpoint atomically; returns its directory. Leftovers of a writer killed
+    mid-write are removed first (one writer at a time: rank 0)."""
     root.mkdir(parents=True, exist_ok=True)
+    for leftover in root.glob(f".{PREFIX}*.tmp"):
+        shutil.rmtree(leftover, ignore_errors=True)
     final = root / f"{PREFIX}{position.step:09d}"
     temp = root / f".{final.name}-{uuid.uuid4().hex[:8]}.tmp"
     temp.mkdir()

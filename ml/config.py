@@ -61,6 +61,8 @@ class TrainConfig:
     checkpoint_every_steps: int = 200
     process_group_timeout_s: int = 60
     """How long a collective waits for a missing rank before failing (torch's default is 30 min)."""
+    precision: str = "auto"
+    """Compute precision: bf16 (autocast on CUDA), fp32, or auto (bf16 where the GPU has it)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -75,6 +77,7 @@ class TrainConfig:
             "optim.warmup_fraction": 0.0 <= self.optim.warmup_fraction < 1.0,
             "checkpoint_every_steps": self.checkpoint_every_steps > 0,
             "process_group_timeout_s": self.process_group_timeout_s > 0,
+            "precision": self.precision in ("auto", "bf16", "fp32"),
         }
         for name, ok in checks.items():
             if not ok:
@@ -119,16 +122,36 @@ def to_args(config: TrainConfig) -> list[str]:
     return out
 
 
-def _leaves(cls: type, instance: Any, prefix: str):
-    """(dotted name, type, default, docstring) of every leaf field, in declaration order."""
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a config class, for building other schemas from it (e.g. Dagster's)."""
+
+    name: str
+    kind: Any
+    """The annotated type; a config dataclass for a section."""
+    default: Any
+    doc: str
+
+
+def fields_of(cls: type) -> list[FieldSpec]:
+    """The fields of a config dataclass, in declaration order, with defaults and docstrings."""
     hints = typing.get_type_hints(cls)
     docs = _field_docs(cls)
-    for f in dataclasses.fields(cls):
-        kind, value = hints[f.name], getattr(instance, f.name)
+    instance = cls()
+    return [
+        FieldSpec(f.name, hints[f.name], getattr(instance, f.name), docs.get(f.name, ""))
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def _leaves(cls: type, instance: Any, prefix: str):
+    """(dotted name, type, value, docstring) of every leaf field, in declaration order."""
+    for spec in fields_of(cls):
+        kind, value = spec.kind, getattr(instance, spec.name)
         if dataclasses.is_dataclass(kind):
-            yield from _leaves(kind, value, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            yield from _leaves(kind, value, f"{prefix}{spec.name}.")  # type: ignore[arg-type]
         else:
-            yield f"{prefix}{f.name}", kind, value, docs.get(f.name, "")
+            yield f"{prefix}{spec.name}", kind, value, spec.doc
 
 
 def _field_docs(cls: type) -> dict[str, str]:

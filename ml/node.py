@@ -41,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     except ChildFailedError as failed:
         codes = sorted({failure.exitcode for failure in failed.failures.values()})
-        log.error("training failed: worker exit code(s) %s", codes)
+        rank, first = min(failed.failures.items(), key=lambda item: item[1].timestamp)
+        log.error(
+            "training failed: worker exit code(s) %s; first failure, rank %d: %s",
+            codes,
+            rank,
+            first.message if isinstance(first.message, str) else first.message.get("message"),
+        )
         return EXIT_NOT_RETRYABLE if EXIT_NOT_RETRYABLE in codes else 1
     return 0
 

@@ -101,3 +101,20 @@ def test_the_model_gives_one_logit_per_row_and_the_same_seed_the_same_weights():
         torch.equal(a, b)
         for a, b in zip(model.state_dict().values(), build().state_dict().values(), strict=True)
     )
+
+
+def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
+    from ml.data import Tensors
+    from ml.train import epoch_batches, row_major
+
+    numeric = torch.arange(30.0).reshape(2, 15).T  # column-major, as the preprocessor's
+    data = Tensors(numeric, torch.arange(15).reshape(15, 1), torch.arange(15.0))
+    assert not data.numeric.is_contiguous() and row_major(data).numeric.is_contiguous()
+    rows = Shards(15, 1, 3).indices(0, 0)
+    for first in (0, 2):
+        batches = list(epoch_batches(row_major(data), rows, 4, first, torch.device("cpu")))
+        assert len(batches) == 4 - first  # ceil(15 / 4) batches, the last of 3 rows
+        for batch, (n, c, y) in enumerate(batches, start=first):
+            index = rows[batch * 4 : (batch + 1) * 4]
+            assert torch.equal(n, numeric[index]) and n.is_contiguous()
+            assert torch.equal(c, data.categorical[index]) and torch.equal(y, data.label[index])
