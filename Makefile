@@ -13,12 +13,13 @@ ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
 export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
 
-.PHONY: help venv run test dev bench lint lock clean
+.PHONY: help venv run test dev mlflow bench lint lock clean
 
 help:
 	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
 	@echo "make test   set up .venv, then run the test suite (all but gpu)"
 	@echo "make dev    open the Dagster UI on http://127.0.0.1:3000"
+	@echo "make mlflow open the MLflow UI on http://127.0.0.1:5000 (training runs)"
 	@echo "make bench  print the performance ratios (docs/benchmarks.md)"
 	@echo "make lint   ruff + pyright"
 	@echo "make lock   re-resolve requirements.lock from pyproject.toml"
@@ -45,6 +46,10 @@ test: $(ENV_STAMP)
 
 dev: $(ENV_STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
+
+mlflow: $(ENV_STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(ML_LIFECYCLE_HOME)/mlflow/mlflow.db \
+	  --host 127.0.0.1 --port 5000
 
 bench: $(ENV_STAMP)
 	$(BIN)/python -m benchmarks

@@ -1,72 +1,151 @@
-"""Training: `trained_model`, launched through the configured TrainingLauncher."""
+"""Training: `trained_model`, launched through the configured TrainingLauncher and tracked in
+MLflow."""
 
-import json
+import base64
+import dataclasses
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, create_model
 
 from assets.features import training_set
+from ml.config import TrainConfig, fields_of
 from resources.launchers import TrainingLauncher
+from resources.registry import EpochMetrics, MlflowRegistry
 
 TRAINING = "training"
+VALIDATION_METRICS = ("roc_auc", "average_precision", "log_loss", "brier", "accuracy")
 
 
-class TrainedModelConfig(dg.Config):
-    """Training settings as a nested dict of `ml.config.TrainConfig` fields (the same names as
-    `python -m ml.train --help`), e.g. {"optim": {"lr": 0.01}, "seed": 7}."""
+SET_BY_THE_ASSET = ("training_set", "output_dir")
+"""TrainConfig fields the asset fills in itself: its input's file and the run's folder."""
 
-    train: dict[str, Any] = Field(default_factory=dict)
+
+def dagster_schema(cls: type, name: str) -> type[dg.Config]:
+    """A Dagster config class mirroring an `ml.config` dataclass: the same field names, types,
+    defaults and docstrings as `python -m ml.train --help`, typed in the launchpad."""
+    fields: dict[str, Any] = {}
+    for spec in fields_of(cls):
+        if spec.name in SET_BY_THE_ASSET:
+            continue
+        if dataclasses.is_dataclass(spec.kind):
+            section = dagster_schema(spec.kind, f"{name}_{spec.name}")  # type: ignore[arg-type]
+            fields[spec.name] = (section, Field(default_factory=section, description=spec.doc))
+        elif typing.get_origin(spec.kind) is tuple:
+            (item,) = {a for a in typing.get_args(spec.kind) if a is not Ellipsis}
+            fields[spec.name] = (
+                list[item],
+                Field(default=list(spec.default), description=spec.doc),
+            )
+        else:
+            fields[spec.name] = (spec.kind, Field(default=spec.default, description=spec.doc))
+    return create_model(name, __base__=dg.Config, **fields)
+
+
+TrainedModelConfig = dagster_schema(TrainConfig, "TrainedModelConfig")
 
 
 @dg.asset(
     # The training set's file, not its rows: the workers read it themselves.
     ins={"training_set": dg.AssetIn(training_set.key, input_manager_key="lake_paths")},
     group_name=TRAINING,
-    kinds={"pytorch"},
-    code_version="1",
+    kinds={"pytorch", "mlflow"},
+    code_version="2",
+    # A retry resumes from the run's last complete checkpoint (same output folder); refused
+    # config or input is never retried (the launcher raises Failure(allow_retries=False)).
+    retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
 )
 def trained_model(
     context: dg.AssetExecutionContext,
-    config: TrainedModelConfig,
+    config: TrainedModelConfig,  # type: ignore[valid-type]  # a class built at import
     training_set: Path,
     launcher: TrainingLauncher,
+    mlflow: MlflowRegistry,
 ) -> dg.MaterializeResult:
     """The delay classifier trained on the latest training set; weights, manifest, checkpoints."""
-    from ml.config import TrainConfig
+    from ml.plots import loss_curve
 
     output = launcher.output_dir(context)
+    chosen = config.model_dump()
     settings = TrainConfig.from_dict(
         {
-            **config.train,
-            "data": {
-                **config.train.get("data", {}),
-                "training_set": str(training_set),
-            },
+            **chosen,
+            "data": {**chosen["data"], "training_set": str(training_set)},
             "output_dir": str(output),
         }
     )
-    reported = launcher.launch(context, settings)
-    result = json.loads((output / "result.json").read_text())
-    manifest = json.loads((output / "manifest.json").read_text())
-    losses = "\n".join(
-        f"| {epoch} | {train:.5f} | {validation:.5f} |"
-        for epoch, (train, validation) in enumerate(
-            zip(result["train_loss"], result["validation_loss"], strict=True), start=1
-        )
+    reported = launcher.launch(context, settings).metadata or {}
+    result, manifest = _json(reported, "result"), _json(reported, "manifest")
+    validation = result["validation"]
+    plot = loss_curve(result["train_loss"], result["validation_loss"], result["best_epoch"])
+    plot_file = output / "loss_curve.png"
+    local = output.is_dir()  # False when the run's folder is on a cluster volume
+    if local:
+        plot_file.write_bytes(plot)
+    tracked = mlflow.log_training(
+        run_name=f"trained_model-{context.run.run_id[:8]}",
+        params=_flat(settings.to_dict()),
+        epochs=[
+            EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
+            for epoch, (train, valid) in enumerate(
+                zip(result["train_loss"], result["validation_loss"], strict=True), start=1
+            )
+        ],
+        metrics={f"validation_{k}": v for k, v in validation.items() if v is not None},
+        tags={
+            "dagster_run_id": context.run.run_id,
+            "data_fingerprint": manifest["data_fingerprint"],
+            "feature_service": manifest["feature_service"],
+            "git_commit": manifest["git_commit"],
+            "weights_path": result["weights"],
+        },
+        documents={"manifest.json": manifest, "result.json": result},
+        files=[output / name for name in ("model.safetensors", "preprocessor.json")] + [plot_file]
+        if local
+        else [],
     )
     return dg.MaterializeResult(
         metadata={
-            **(reported.metadata or {}),
+            **{f"validation_{k}": validation[k] for k in VALIDATION_METRICS},
             "best_validation_loss": result["best_validation_loss"],
-            "weights": dg.MetadataValue.path(result["weights"]),
-            "checkpoints": dg.MetadataValue.path(str(Path(output) / "checkpoints")),
-            "manifest": dg.MetadataValue.json(manifest),
-            "loss_curve": dg.MetadataValue.md(
-                "| epoch | train loss | validation loss |\n|---|---|---|\n" + losses
-            ),
+            "best_epoch": result["best_epoch"],
+            "epochs": result["epochs"],
+            "samples_per_s": result["samples_per_s"],
+            "precision": result["precision"],
             "world_size": manifest["world_size"],
+            "layout": str(getattr(reported.get("layout"), "value", "as launched")),
+            "resumed_from": result["resumed_from"] or "none",
+            "weights": dg.MetadataValue.path(result["weights"]),
+            "checkpoints": dg.MetadataValue.path(str(output / "checkpoints")),
+            "manifest": dg.MetadataValue.json(manifest),
             "data_fingerprint": manifest["data_fingerprint"],
+            "loss_curve": dg.MetadataValue.md(
+                f"![loss per epoch](data:image/png;base64,{base64.b64encode(plot).decode()})"
+            ),
+            "mlflow_run": dg.MetadataValue.url(tracked.link),
+            "mlflow_run_id": tracked.run_id,
+            "mlflow_artifacts": tracked.artifact_uri,
         }
     )
+
+
+def _json(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A JSON document rank 0 reported; its absence means the worker never finished."""
+    value = metadata.get(key)
+    if not isinstance(value, dg.JsonMetadataValue) or not isinstance(value.data, dict):
+        raise dg.Failure(f"training ended without reporting its {key}")
+    return dict(value.data)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 0.1}} → {"optim.lr": 0.1}: the dotted names of `python -m ml.train`."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

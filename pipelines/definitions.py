@@ -24,6 +24,7 @@ from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.lake import LakePaths, ParquetLake
 from resources.launchers import LocalTorchrun
+from resources.registry import local_registry
 from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,7 @@ def local_resources(home: Path) -> dict[str, object]:
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         "launcher": LocalTorchrun(output_root=str(home / "models")),
+        "mlflow": local_registry(home),
     }
 
 

@@ -168,12 +168,21 @@ def print_summary(
         meta = model.metadata
         weights = Path(str(meta.get("weights")))
         print(
-            f"  model: {meta.get('world_size')} processes, best validation loss"
-            f" {float(str(meta.get('best_validation_loss'))):.4f} at epoch {meta.get('best_epoch')}"
-            f" of {meta.get('epochs')}"
+            f"  model: {meta.get('world_size')} process(es), {meta.get('precision')},"
+            f" best epoch {meta.get('best_epoch')} of {meta.get('epochs')},"
+            f" {_number(meta.get('samples_per_s'), '.0f')} samples/s"
         )
+        print(
+            "    validation: "
+            + ", ".join(
+                f"{name} {_number(meta.get(f'validation_{name}'), '.4f')}"
+                for name in ("roc_auc", "average_precision", "log_loss", "brier", "accuracy")
+            )
+        )
+        print(f"    layout:   {meta.get('layout')}")
         print(f"    weights:  {weights}")
         print(f"    manifest: {weights.parent / 'manifest.json'}")
+        print(f"    MLflow:   {meta.get('mlflow_run')} (after `make mlflow`)")
     elif training.success:
         print(f"  model: FAILED: {model.problem}")
     print()
@@ -181,10 +190,15 @@ def print_summary(
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
     print(f"  training set:                                 {home / 'lake' / 'training_set'}")
     print(f"  models (weights, manifest, checkpoints):      {home / 'models'}")
+    print(f"  MLflow runs (SQLite) and artifacts:           {home / 'mlflow'}")
     print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
     print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
     print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
     print("Open the UI with `make dev`, then http://127.0.0.1:3000 (Assets, Runs, Checks).")
+
+
+def _number(value: object, spec: str) -> str:
+    return "n/a" if value is None else format(float(str(value)), spec)
 
 
 def _percent(rate: object) -> str:

@@ -1,15 +1,24 @@
-"""Training launchers: where `python -m ml.train` runs. Every launcher runs the same entrypoint
-under torchrun, and rank 0 reports back through Dagster Pipes."""
+"""Training launchers: where `python -m ml.train` runs. Every launcher runs the same per-node
+entrypoint, `python -m ml.node` (torchrun plus exit codes a scheduler can act on), and rank 0
+reports back through Dagster Pipes. The Kubernetes launchers are in resources/kubernetes.py."""
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 from abc import ABC, abstractmethod
+from collections import deque
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
 from ml.config import TrainConfig, to_args
+from ml.node import EXIT_NOT_RETRYABLE
+
+NODE_LOGGER = " ml.node "
+"""How ml.node's log lines are told apart in the node's stderr."""
 
 
 class TrainingLauncher(dg.ConfigurableResource, ABC):
@@ -28,21 +37,50 @@ class TrainingLauncher(dg.ConfigurableResource, ABC):
 
 class LocalTorchrun(TrainingLauncher):
     """torchrun on this machine: `processes` CPU (or GPU) workers, restarted up to
-    `max_restarts` times after a failure; they resume from the last complete checkpoint."""
+    `max_restarts` times after a failure; they resume from the last complete checkpoint.
 
-    processes: int = Field(default=2, description="Worker processes (torchrun --nproc-per-node).")
-    threads_per_process: int = Field(default=1, description="OMP/torch threads per worker.")
+    Left unset, processes x threads is chosen by measurement (`ml.layout`): every layout of the
+    machine's cores is probed for a few seconds with the same global batch, the fastest wins,
+    and the choice is cached in `<output_root>/layouts.json` for later launches."""
+
+    processes: int | None = Field(
+        default=None,
+        description="Worker processes (torchrun --nproc-per-node); unset: chosen by measurement.",
+    )
+    threads_per_process: int | None = Field(
+        default=None, description="OMP/torch threads per worker; unset: cores / processes."
+    )
     max_restarts: int = Field(default=2, description="torchrun --max-restarts.")
+
+    def layout(
+        self, context: dg.AssetExecutionContext, config: TrainConfig
+    ) -> tuple[int, int, TrainConfig, str]:
+        """(processes, threads per process, config, why) for this launch."""
+        cores = len(os.sched_getaffinity(0))
+        if self.processes is not None:
+            threads = self.threads_per_process or max(cores // self.processes, 1)
+            return self.processes, threads, config, "as configured"
+        from ml.layout import choose_layout
+
+        chosen = choose_layout(
+            cores,
+            Path(config.data.training_set),
+            config,
+            cache=Path(self.output_root) / "layouts.json",
+        )
+        reason = f"chosen by measurement: {chosen.reason}"
+        return chosen.processes, chosen.threads_per_process, chosen.config(config), reason
 
     def launch(
         self, context: dg.AssetExecutionContext, config: TrainConfig
     ) -> dg.MaterializeResult:
+        processes, threads, config, why = self.layout(context, config)
         command = [
             sys.executable,
             "-m",
             "ml.node",
             "--standalone",
-            f"--nproc-per-node={self.processes}",
+            f"--nproc-per-node={processes}",
             f"--max-restarts={self.max_restarts}",
             "-m",
             "ml.train",
@@ -50,8 +88,56 @@ class LocalTorchrun(TrainingLauncher):
         ]
         env = {
             **os.environ,
-            "OMP_NUM_THREADS": str(self.threads_per_process),
+            "OMP_NUM_THREADS": str(threads),
             "DAGSTER_RUN_ID": context.run.run_id,
         }
-        invocation = dg.PipesSubprocessClient().run(context=context, command=command, env=env)
-        return invocation.get_materialize_result()
+        layout = f"{processes} process(es) x {threads} thread(s), {why}"
+        context.log.info(f"training with {layout}; up to {self.max_restarts} restart(s)")
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=dg.PipesEnvContextInjector(),
+            message_reader=dg.PipesTempFileMessageReader(),
+        ) as session:
+            code, last_error = _run(command, {**env, **session.get_bootstrap_env_vars()})
+            if code == EXIT_NOT_RETRYABLE:
+                raise dg.Failure(
+                    description=f"training refused its config or input, not retried: {last_error}",
+                    allow_retries=False,
+                )
+            if code != 0:
+                raise dg.Failure(
+                    description=f"training failed (exit {code}) after {self.max_restarts}"
+                    f" restart(s) of its workers: {last_error}"
+                )
+        return dg.PipesClientCompletedInvocation(
+            session, metadata={"layout": layout}
+        ).get_materialize_result()
+
+
+def _run(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the node to its end, its stderr echoed to the step's log; the exit code and the
+    last error it logged. A cancelled step stops every process of the node (torchrun and its
+    workers share a new session), not just torchrun."""
+    process = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    errors: deque[str] = deque(maxlen=1)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            sys.stderr.write(line)
+            if NODE_LOGGER in line:
+                errors.append(line.split(NODE_LOGGER, 1)[1].strip())
+        return process.wait(), (errors[0] if errors else "see the step's stderr")
+    except BaseException:  # a cancel (DagsterExecutionInterruptedError) or anything else
+        _kill_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_group(process, signal.SIGKILL)
+        raise
+
+
+def _kill_group(process: subprocess.Popen, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)

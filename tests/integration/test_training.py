@@ -115,6 +115,45 @@ def test_an_incomplete_or_corrupt_checkpoint_is_ignored_for_the_previous_one(tmp
     assert found is not None and found.path == good
     assert torch.equal(found.weights["w"], weights["w"])
 
+    checkpoint.save(tmp_path, position(25), weights, state)  # the next writer tidies up
+    assert not list(tmp_path.glob(".step-*"))
+
+
+WRITER = """
+import sys, torch
+from pathlib import Path
+from ml import checkpoint
+root = Path(sys.argv[1])
+for step in range(1, 10_000):
+    weights = {"w": torch.full((256, 1024), float(step))}  # 1 MiB: the kill lands mid-write
+    position = checkpoint.Position(step, 0, step, 1, 1.0, 0)
+    checkpoint.save(root, position, weights, {"rng": torch.get_rng_state()})
+    print(step, flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay_s", [0.013, 0.029, 0.047])
+def test_a_writer_killed_mid_checkpoint_leaves_the_previous_one_in_use(tmp_path, delay_s):
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    for _ in range(3):  # a few complete checkpoints first
+        writer.stdout.readline()
+    time.sleep(delay_s)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+
+    found = checkpoint.latest(tmp_path, world_size=1)
+    assert found is not None
+    step = found.position.step
+    assert step >= 3 and torch.equal(found.weights["w"], torch.full((256, 1024), float(step)))
+    assert all(
+        p.name.startswith(".")
+        for p in tmp_path.iterdir()
+        if "COMPLETE" not in {q.name for q in p.iterdir()}
+    )  # whatever was cut short is a hidden temp directory, never a step-*
+
 
 def test_resuming_with_another_world_size_is_refused(tmp_path):
     checkpoint.save(
@@ -127,7 +166,7 @@ def test_resuming_with_another_world_size_is_refused(tmp_path):
         checkpoint.latest(tmp_path, world_size=1)
 
 
-def test_trained_model_runs_two_torchrun_workers_through_pipes(training_set, tmp_path):
+def materialize_trained_model(data: Path, home: Path, train: dict, **launcher):
     import shutil
 
     import dagster as dg
@@ -136,18 +175,29 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes(training_set, tmp
     from assets.training import trained_model
     from resources.lake import LakePaths, ParquetLake
     from resources.launchers import LocalTorchrun
+    from resources.registry import local_registry
 
-    lake = tmp_path / "lake"
-    (lake / "training_set").mkdir(parents=True)
-    shutil.copy(training_set, lake / "training_set" / "data.parquet")
-    result = dg.materialize(
+    lake = home / "lake"
+    (lake / "training_set").mkdir(parents=True, exist_ok=True)
+    shutil.copy(data, lake / "training_set" / "data.parquet")
+    return dg.materialize(
         [training_set_asset.to_source_asset(), trained_model],
         resources={
             "lake": ParquetLake(root=str(lake)),
             "lake_paths": LakePaths(root=str(lake)),
-            "launcher": LocalTorchrun(output_root=str(tmp_path / "models"), processes=2),
+            "launcher": LocalTorchrun(output_root=str(home / "models"), **launcher),
+            "mlflow": local_registry(home),
         },
-        run_config={"ops": {"trained_model": {"config": {"train": {"optim": {"max_epochs": 2}}}}}},
+        run_config={"ops": {"trained_model": {"config": train}}},
+        raise_on_error=False,
+    )
+
+
+def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(training_set, tmp_path):
+    from mlflow import MlflowClient
+
+    result = materialize_trained_model(
+        training_set, tmp_path, {"optim": {"max_epochs": 2}}, processes=2
     )
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
@@ -155,3 +205,40 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes(training_set, tmp
     assert metadata["epochs"].value == 2  # reported by rank 0 through Pipes
     assert Path(metadata["weights"].value).is_file()
     assert metadata["data_fingerprint"].value == fingerprint(pd.read_parquet(training_set))
+    assert 0.5 < metadata["validation_roc_auc"].value <= 1.0  # the planted signal is learnt
+    assert "data:image/png;base64," in metadata["loss_curve"].value
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    run = client.get_run(metadata["mlflow_run_id"].value)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["optim.max_epochs"] == "2"
+    assert run.data.metrics["validation_roc_auc"] == metadata["validation_roc_auc"].value
+    assert len(client.get_metric_history(run.info.run_id, "validation_loss")) == 2
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"manifest.json", "model.safetensors", "loss_curve.png"} <= artifacts
+    assert metadata["mlflow_run"].value.endswith(f"/runs/{run.info.run_id}")
+
+
+def test_a_refused_input_fails_the_step_once_with_the_reason(training_set, tmp_path):
+    result = materialize_trained_model(
+        training_set, tmp_path, {"data": {"label": "no_such_column"}}, processes=2
+    )
+    assert not result.success
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert len(failures) == 1 and not retries  # not retried: it cannot succeed
+    message = str(failures[0].event_specific_data.error)  # type: ignore[union-attr]
+    assert "not retried" in message and "no_such_column" in message
+
+
+def test_a_crash_loop_is_bounded_across_worker_restarts_and_step_retries(training_set, tmp_path):
+    # A text label passes the pre-flight check and fails in every worker.
+    result = materialize_trained_model(
+        training_set, tmp_path, {"data": {"label": "split"}}, processes=1, max_restarts=1
+    )
+    assert not result.success
+    retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert len(retries) == 1 and len(failures) == 1  # 2 step attempts x 2 worker starts
+    message = str(failures[0].event_specific_data.error)  # type: ignore[union-attr]
+    assert "after 1 restart(s)" in message and "could not convert string to float" in message
