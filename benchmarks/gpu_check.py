@@ -1,0 +1,152 @@
+"""G1: the trainer on every visible GPU (NCCL, bf16): samples/s and model FLOP utilisation.
+
+    python -m benchmarks.gpu_check --out /tmp/gpu_check      # what benchmarks/gpu_check.sh runs
+
+Runs `python -m ml.node ... -m ml.train` exactly as the launchers do, on a synthetic training
+set shaped like the bundled one (35 numeric and 8 categorical features), for the project's model
+and a wide variant that can load the GPU; reads each run's result.json and prints one table.
+Model FLOPs per sample are 6 x the multiply-accumulates of the linear layers (forward 2, backward
+4); embeddings are lookups. Needs only torch, pandas, pyarrow, safetensors and scikit-learn, not
+Dagster: GPU images need not carry the orchestration stack.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+NUMERIC, CATEGORICAL = 35, 8
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0}
+"""Dense bf16 tensor-core peaks from the vendors' data sheets; PEAK_TFLOPS overrides."""
+MODELS = {"project": "128,64", "wide": "4096,4096,4096"}
+
+
+def synthetic_training_set(path: Path, rows: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    columns: dict[str, object] = {}
+    signal = np.zeros(rows)
+    for i in range(NUMERIC):
+        values = rng.normal(size=rows)
+        signal += values * rng.normal(scale=0.2)
+        columns[f"numeric__x{i:02d}"] = values
+    for i in range(CATEGORICAL):
+        codes = rng.integers(0, 3 + 15 * i, rows)
+        signal += (codes % 3 == 0) * 0.3
+        columns[f"categorical__c{i}"] = pd.array(codes.astype(str), dtype="string")
+    columns["label"] = (signal + rng.normal(size=rows) > np.median(signal)).astype("int64")
+    columns["split"] = np.where(np.arange(rows) < rows * 0.9, "train", "validation")
+    pd.DataFrame(columns).to_parquet(path)
+
+
+def linear_macs_per_sample(hidden: str) -> int:
+    """Multiply-accumulates of the MLP's linear layers for one row (see ml.model)."""
+    from ml.model import embedding_dim
+
+    widths = [
+        2 * NUMERIC + sum(embedding_dim(3 + 15 * i + 1, 16) for i in range(CATEGORICAL)),
+        *map(int, hidden.split(",")),
+        1,
+    ]
+    return sum(a * b for a, b in itertools.pairwise(widths))
+
+
+def run(out: Path, data: Path, gpus: int, hidden: str, batch: int, epochs: int) -> dict:
+    run_dir = out / f"run-{hidden.replace(',', 'x')}"
+    command = [
+        sys.executable,
+        "-m",
+        "ml.node",
+        "--standalone",
+        f"--nproc-per-node={gpus}",
+        "--max-restarts=0",
+        "-m",
+        "ml.train",
+        "--data.training_set",
+        str(data),
+        "--data.label",
+        "label",
+        "--output_dir",
+        str(run_dir),
+        "--model.hidden_sizes",
+        hidden,
+        "--optim.batch_size",
+        str(batch),
+        "--optim.max_epochs",
+        str(epochs),
+        "--optim.patience_epochs",
+        str(epochs),
+        "--checkpoint_every_steps",
+        "1000000",
+        "--precision",
+        "bf16",
+    ]
+    began = time.perf_counter()
+    subprocess.run(command, check=True)
+    result = json.loads((run_dir / "result.json").read_text())
+    return {"wall_s": time.perf_counter() - began, **result}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/gpu_check"))
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--batch", type=int, default=8192, help="rows per step per GPU")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="check the plumbing on a CPU (1 process)"
+    )
+    args = parser.parse_args()
+
+    import torch
+
+    if not (torch.cuda.is_available() or args.cpu_smoke):
+        print("no CUDA device visible: G1 needs a GPU machine", file=sys.stderr)
+        return 2
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 1
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    peak = float(
+        os.environ.get("PEAK_TFLOPS")
+        or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), "nan")
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.out / "training_set.parquet"
+    synthetic_training_set(data, args.rows)
+    rows = []
+    for label, hidden in MODELS.items():
+        result = run(args.out, data, gpus, hidden, args.batch, args.epochs)
+        flops = 6 * linear_macs_per_sample(hidden) * result["samples_per_s"]
+        rows.append(
+            {
+                "model": f"{label} ({hidden})",
+                "gpus": gpus,
+                "device": name,
+                "torch": torch.__version__,
+                "precision": result["precision"],
+                "samples_per_s": result["samples_per_s"],
+                "model_tflops": flops / 1e12,
+                "mfu": flops / (peak * 1e12 * gpus),
+                "validation_roc_auc": result["validation"]["roc_auc"],
+                "wall_s": result["wall_s"],
+            }
+        )
+    backend = "NCCL" if torch.cuda.is_available() else "gloo"
+    print(f"\nG1 on {gpus} x {name} (peak bf16 {peak} TFLOP/s per GPU), {backend}, bf16 autocast")
+    for row in rows:
+        print(
+            f"  {row['model']:<28} {row['samples_per_s']:>14,.0f} samples/s"
+            f"  {row['model_tflops']:8.2f} TFLOP/s  MFU {row['mfu']:7.2%}"
+            f"  AUC {row['validation_roc_auc']:.3f}  ({row['wall_s']:.0f} s)"
+        )
+    (args.out / "gpu_check.json").write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
