@@ -3,6 +3,8 @@ entrypoint, `python -m ml.node` (torchrun plus exit codes a scheduler can act on
 reports back through Dagster Pipes. The Kubernetes launchers are in resources/kubernetes.py."""
 
 import contextlib
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -60,6 +62,12 @@ class LocalTorchrun(TrainingLauncher):
         if self.processes is not None:
             threads = self.threads_per_process or max(cores // self.processes, 1)
             return self.processes, threads, config, "as configured"
+        resumed = _checkpoint_world_size(Path(config.output_dir) / "checkpoints")
+        if resumed is not None:  # a step retry resumes: keep the first attempt's layout
+            batch = config.optim.batch_size * cores // resumed
+            optim = dataclasses.replace(config.optim, batch_size=batch)
+            kept = dataclasses.replace(config, optim=optim)
+            return resumed, max(cores // resumed, 1), kept, "kept from this run's checkpoints"
         from ml.layout import choose_layout
 
         chosen = choose_layout(
@@ -89,6 +97,7 @@ class LocalTorchrun(TrainingLauncher):
         env = {
             **os.environ,
             "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
             "DAGSTER_RUN_ID": context.run.run_id,
         }
         layout = f"{processes} process(es) x {threads} thread(s), {why}"
@@ -141,3 +150,9 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[int, str]:
 def _kill_group(process: subprocess.Popen, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+def _checkpoint_world_size(root: Path) -> int | None:
+    """The world size of the newest checkpoint under `root` (see ml.checkpoint), if any."""
+    positions = sorted(root.glob("step-*/position.json"))
+    return json.loads(positions[-1].read_text())["world_size"] if positions else None
