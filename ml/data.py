@@ -62,10 +62,24 @@ class Preprocessor:
     def numeric_width(self) -> int:
         return 2 * len(self.numeric)
 
+    @property
+    def features(self) -> list[str]:
+        """Every input column: the numeric ones, then the categorical ones."""
+        return [*self.numeric, *self.categorical]
+
     def transform(self, frame: pd.DataFrame, label: str) -> Tensors:
-        missing = [c for c in [*self.numeric, *self.categorical, label] if c not in frame.columns]
+        if label not in frame.columns:
+            raise ValueError(f"training data lacks the label column {label!r}")
+        numeric, indices = self.inputs(frame)
+        labels = frame[label].to_numpy(dtype="float32")
+        return Tensors(numeric, indices, torch.from_numpy(labels))
+
+    def inputs(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's inputs for `frame`'s rows: standardized numbers with their missing flags,
+        and category indices (0 for unknown or missing)."""
+        missing = [c for c in self.features if c not in frame.columns]
         if missing:
-            raise ValueError(f"training data lacks the column(s) {missing}")
+            raise ValueError(f"data lacks the feature column(s) {missing}")
         values = frame[self.numeric].to_numpy(dtype="float64", na_value=np.nan)
         absent = np.isnan(values)
         scaled = np.where(absent, 0.0, (values - self.mean) / self.std)
@@ -81,10 +95,7 @@ class Preprocessor:
             if self.categorical
             else np.zeros((len(frame), 0), dtype="int64")
         )
-        labels = frame[label].to_numpy(dtype="float32")
-        return Tensors(
-            torch.from_numpy(numeric), torch.from_numpy(indices), torch.from_numpy(labels)
-        )
+        return torch.from_numpy(numeric), torch.from_numpy(indices)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -12,6 +12,7 @@ exactly where it stopped. Under Dagster Pipes, rank 0 reports each epoch and the
 """
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import math
@@ -225,6 +226,53 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     if ranks.is_main:
         (Path(config.output_dir) / RESULT).write_text(json.dumps(asdict(result), indent=2))
     return result
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A finished training run, loaded from its folder for evaluation and export."""
+
+    model: DelayClassifier
+    """The best weights, on the CPU, in eval mode."""
+    preprocessor: Preprocessor
+    config: TrainConfig
+    manifest: dict[str, Any]
+    weights_sha256: str
+    folder: Path
+
+
+def load_trained(folder: Path) -> Trained:
+    """The model a run wrote to `folder` (weights, preprocessor, manifest). Weights are read
+    with safetensors: tensors only, nothing executed."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    missing = [n for n in (WEIGHTS, PREPROCESSOR, MANIFEST) if not (folder / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"training run {folder} lacks {missing}: did it finish?")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    config = TrainConfig.from_dict(manifest["config"])
+    preprocessor = Preprocessor.from_json((folder / PREPROCESSOR).read_text())
+    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, config.model)
+    weights = (folder / WEIGHTS).read_bytes()
+    model.load_state_dict(load_file(folder / WEIGHTS))
+    return Trained(
+        model=model.eval(),
+        preprocessor=preprocessor,
+        config=config,
+        manifest=manifest,
+        weights_sha256=hashlib.sha256(weights).hexdigest(),
+        folder=folder,
+    )
+
+
+def probabilities(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFrame) -> Any:
+    """P(label = 1) of every row of `frame` (raw feature columns), in fp32 on the CPU: the
+    reference the served ONNX model must match."""
+    numeric, categorical = preprocessor.inputs(frame)
+    model.eval()
+    with torch.inference_mode():
+        return torch.sigmoid(model(numeric, categorical)).numpy()
 
 
 def checkpoint_state(
