@@ -1,20 +1,90 @@
-"""MLflow: experiment tracking (and, later, the model registry with its champion alias).
+"""MLflow: experiment tracking and the model registry with its champion alias.
 
 Locally the tracking store is a SQLite file and artifacts are plain files, both under the local
-home; `make mlflow` serves them at http://127.0.0.1:5000. mlflow is imported only when a run
-is logged (it takes seconds), never when the code location loads.
+home; `make mlflow` serves them at http://127.0.0.1:5000. In production the store is PostgreSQL
+and artifacts live in an object store (`production_registry`). mlflow is imported only inside
+methods (it takes seconds), never when the code location loads.
+
+A registered version holds its files under the run's `model/` artifact folder, and the sha256 of
+each is recorded as a `sha256.<file>` tag on the run and the version; `fetch` gives out a local
+copy only after checking it against that tag. Only versions whose `gate_decision` tag says
+"promote" can carry the `champion` alias; moving the alias is how a model is promoted or rolled
+back, and every version stays registered.
 """
 
+import hashlib
+import json
 import math
+import os
+import re
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
+from resources.lake import LakePathError, safe_component
+
 SQLITE = "sqlite:///"
+POSTGRESQL = "postgresql://"
+POSTGRESQL_PSYCOPG2 = "postgresql+psycopg2://"
+CHAMPION = "champion"
+"""The alias of the version that serves (batch inference reads it)."""
+MODEL_FOLDER = "model"
+"""The run's artifact folder that a registered version's `source` points at."""
+SHA256_TAG = "sha256."
+"""Prefix of the tags holding each file's sha256: `sha256.model.onnx`."""
+MAIN_FILE_TAG = "main_file"
+GATE_TAG = "gate_decision"
+REGISTRATION_ERROR_TAG = "registration_error"
+_VERSION = re.compile(r"[1-9][0-9]*")
+
+
+class RegistryError(RuntimeError):
+    """The registry refused a request (unknown version, failed gate, unsafe name...)."""
+
+
+class ModelIntegrityError(RegistryError):
+    """A file's sha256 differs from the one recorded when its version was registered."""
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One registered version, as the registry describes it."""
+
+    name: str
+    version: str
+    run_id: str
+    source: str
+    """Where its files are: the run's `model/` artifact folder."""
+    sha256: str | None
+    """sha256 of the main file (the first of `files` at registration), from the version's tags."""
+    files: dict[str, str]
+    """Artifact name → sha256, for every file and document under `model/`."""
+    gate_decision: str | None
+    """The gate's "promote" or "reject"; None when the tag is missing."""
+    aliases: list[str]
+    tags: dict[str, str]
+    created_at: datetime
+    link: str
+    """Where a person opens the version (the MLflow UI)."""
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What `promote` did: the champion alias moved from `previous` to `current`."""
+
+    model: str
+    previous: str | None
+    current: str
+    reason: str
+    changed: bool = True
+    """False when `current` already was the champion and nothing moved."""
 
 
 @dataclass(frozen=True)
@@ -93,12 +163,234 @@ class MlflowRegistry(dg.ConfigurableResource):
             link=f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}",
         )
 
+    def next_version(self, model_name: str) -> str:
+        """The number MLflow will give the next version of `model_name` ("1" for a new model).
+
+        MLflow counts versions someone deleted, which this cannot see; `register`'s
+        `expected_version` catches that case."""
+        _safe_name(model_name, what="model name")
+        numbers = [int(v.version) for v in self._search_versions(self._client(), model_name)]
+        return str(max(numbers, default=0) + 1)
+
+    def register(
+        self,
+        model_name: str,
+        files: Mapping[str, Path],
+        documents: Mapping[str, Any],
+        tags: Mapping[str, str],
+        run_name: str,
+        expected_version: str | None = None,
+        description: str = "",
+    ) -> ModelVersion:
+        """A new version of `model_name`: one MLflow run holding `files` (artifact name → local
+        file) and `documents` (artifact name → JSON-able object) under `model/`, the sha256 of
+        each as `sha256.<name>` tags, and a version pointing at that folder, tagged with `tags`.
+
+        `expected_version` is the number the caller stamped into the files; a different
+        assigned number is refused (the version is kept, tagged `registration_error`, so that
+        it is never promoted and the next number moves past it)."""
+        _safe_name(model_name, what="model name")
+        if not files:
+            raise RegistryError(f"{model_name}: a version needs at least one file")
+        for name in [*files, *documents]:
+            _safe_name(name, what=f"{model_name}: artifact name")
+        if overlap := sorted(set(files) & set(documents)):
+            raise RegistryError(f"{model_name}: {overlap} given both as file and as document")
+        if expected_version is not None and not _VERSION.fullmatch(expected_version):
+            raise RegistryError(f"{model_name}: expected version {expected_version!r} is no number")
+        if reserved := sorted(k for k in tags if k.startswith(SHA256_TAG) or k == MAIN_FILE_TAG):
+            raise RegistryError(f"{model_name}: tags {reserved} are the registry's own")
+        client = self._client()
+        if expected_version is not None:
+            upcoming = self.next_version(model_name)
+            if upcoming != expected_version:
+                raise RegistryError(
+                    f"{model_name}: expected to register version {expected_version}, but the"
+                    f" next version is {upcoming}; export again with that number"
+                )
+
+        run = client.create_run(self._experiment_id(client), run_name=run_name, tags=dict(tags))
+        run_id = run.info.run_id
+        try:
+            with tempfile.TemporaryDirectory(prefix="register-") as staging:
+                hashes = _stage(Path(staging), files, documents)
+                own_tags = {f"{SHA256_TAG}{n}": h for n, h in hashes.items()}
+                own_tags[MAIN_FILE_TAG] = next(iter(files))
+                for key, value in own_tags.items():
+                    client.set_tag(run_id, key, value)
+                client.log_artifacts(run_id, staging, artifact_path=MODEL_FOLDER)
+            _create_registered_model(client, model_name)
+            created = client.create_model_version(
+                model_name,
+                source=f"{str(run.info.artifact_uri).rstrip('/')}/{MODEL_FOLDER}",
+                run_id=run_id,
+                tags={**tags, **own_tags},
+                description=description or None,
+            )
+            if expected_version is not None and str(created.version) != expected_version:
+                message = (
+                    f"{model_name}: MLflow assigned version {created.version}, but the files"
+                    f" carry version {expected_version} (another registration came between)"
+                )
+                client.set_model_version_tag(
+                    model_name, str(created.version), REGISTRATION_ERROR_TAG, message
+                )
+                raise RegistryError(message)
+        except BaseException:
+            client.set_terminated(run_id, status="FAILED")
+            raise
+        client.set_terminated(run_id, status="FINISHED")
+        return self.version(model_name, str(created.version))
+
+    def promote(self, model_name: str, version: str, *, reason: str) -> Promotion:
+        """Move the champion alias to `version` (a promotion, or a rollback to an older one);
+        the previous champion stays registered. Refuses a version the gate did not pass or
+        whose file hashes are missing."""
+        if not reason.strip():
+            raise RegistryError(f"{model_name} version {version}: a promotion needs a reason")
+        candidate = self.version(model_name, version)
+        _check_promotable(candidate)
+        previous = self.champion(model_name)
+        if previous is not None and previous.version == candidate.version:
+            return Promotion(
+                model=model_name,
+                previous=previous.version,
+                current=candidate.version,
+                reason=f"version {version} already is the {CHAMPION}; nothing changed",
+                changed=False,
+            )
+        client = self._client()
+        # The tags go first: a champion without its provenance is worse than a tagged
+        # version that did not become champion because the alias call failed.
+        client.set_model_version_tag(
+            model_name, version, "promoted_from", previous.version if previous else "none"
+        )
+        client.set_model_version_tag(model_name, version, "promotion_reason", reason)
+        client.set_model_version_tag(model_name, version, "promoted_at", _now().isoformat())
+        client.set_registered_model_alias(model_name, CHAMPION, version)
+        return Promotion(
+            model=model_name,
+            previous=previous.version if previous else None,
+            current=candidate.version,
+            reason=reason,
+        )
+
+    def champion(self, model_name: str) -> ModelVersion | None:
+        """The version carrying the champion alias; None when the model or alias is absent."""
+        from mlflow.exceptions import MlflowException
+
+        _safe_name(model_name, what="model name")
+        client = self._client()
+        try:
+            found = client.get_model_version_by_alias(model_name, CHAMPION)
+        except MlflowException as error:
+            if _is_absent(error):
+                return None
+            raise
+        return self._describe(found)
+
+    def version(self, model_name: str, version: str) -> ModelVersion:
+        """One version; RegistryError when it does not exist."""
+        from mlflow.exceptions import MlflowException
+
+        _safe_name(model_name, what="model name")
+        if not _VERSION.fullmatch(version):
+            raise RegistryError(f"{model_name}: version {version!r} is not a version number")
+        try:
+            found = self._client().get_model_version(model_name, version)
+        except MlflowException as error:
+            if _is_absent(error):
+                raise RegistryError(f"{model_name} version {version} does not exist") from error
+            raise
+        return self._describe(found)
+
+    def versions(self, model_name: str) -> list[ModelVersion]:
+        """Every version of `model_name`, newest first (empty for an unknown model)."""
+        _safe_name(model_name, what="model name")
+        found = self._search_versions(self._client(), model_name)
+        return [self._describe(v) for v in sorted(found, key=lambda v: -int(v.version))]
+
+    def fetch(self, model_version: ModelVersion, artifact: str, cache_dir: Path) -> Path:
+        """A local copy of one of the version's files at
+        `cache_dir/<model>/<version>/<artifact>`, whose sha256 matches the recorded one: a
+        cached copy when it still matches, otherwise a fresh download moved into place only
+        after it has been verified. Raises ModelIntegrityError (keeping nothing) on mismatch."""
+        name = _safe_name(model_version.name, what="model name")
+        version = _safe_name(model_version.version, what=f"{name}: version")
+        artifact = _safe_name(artifact, what=f"{name} version {version}: artifact name")
+        expected = model_version.files.get(artifact)
+        if expected is None:
+            raise RegistryError(
+                f"{name} version {version}: no sha256 recorded for {artifact!r}"
+                f" (recorded: {sorted(model_version.files)})"
+            )
+        folder = cache_dir / name / version
+        target = folder / artifact
+        if target.is_file():
+            if _sha256(target) == expected:
+                return target
+            target.unlink()  # a stale or tampered copy is never handed out, nor left behind
+        folder.mkdir(parents=True, exist_ok=True)
+        # The download lands in the destination folder so that the final rename is atomic.
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as tmp:
+            downloaded = Path(
+                self._client().download_artifacts(
+                    model_version.run_id, f"{MODEL_FOLDER}/{artifact}", dst_path=tmp
+                )
+            )
+            actual = _sha256(downloaded)
+            if actual != expected:
+                raise ModelIntegrityError(
+                    f"{name} version {version}: {artifact} has sha256 {actual}, but"
+                    f" {expected} was recorded at registration; the download was deleted"
+                )
+            os.replace(downloaded, target)
+        return target
+
+    def _describe(self, found) -> ModelVersion:
+        tags = dict(found.tags or {})
+        files = {
+            key.removeprefix(SHA256_TAG): value
+            for key, value in tags.items()
+            if key.startswith(SHA256_TAG)
+        }
+        main_file = tags.get(MAIN_FILE_TAG)
+        return ModelVersion(
+            name=found.name,
+            version=str(found.version),
+            run_id=found.run_id,
+            source=found.source,
+            sha256=files.get(main_file) if main_file else None,
+            files=files,
+            gate_decision=tags.get(GATE_TAG),
+            aliases=sorted(found.aliases or []),
+            tags=tags,
+            created_at=datetime.fromtimestamp(found.creation_timestamp / 1000, tz=UTC),
+            link=f"{self.ui_url.rstrip('/')}/#/models/{found.name}/versions/{found.version}",
+        )
+
+    @staticmethod
+    def _search_versions(client, model_name: str) -> list:
+        # Names passed _safe_name, so they hold no quote that could break the filter.
+        found, token = [], None
+        while True:
+            page = client.search_model_versions(f"name='{model_name}'", page_token=token)
+            found.extend(page)
+            token = page.token
+            if not token:
+                return found
+
     def _client(self):
         from mlflow import MlflowClient
 
-        if self.tracking_uri.startswith(SQLITE):  # SQLite creates the file, not its folder
-            Path(self.tracking_uri.removeprefix(SQLITE)).parent.mkdir(parents=True, exist_ok=True)
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        uri = self.tracking_uri
+        if uri.startswith(SQLITE):  # SQLite creates the file, not its folder
+            Path(uri.removeprefix(SQLITE)).parent.mkdir(parents=True, exist_ok=True)
+        if uri.startswith(POSTGRESQL):
+            # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; psycopg2 is the driver we
+            # install.
+            uri = POSTGRESQL_PSYCOPG2 + uri.removeprefix(POSTGRESQL)
+        return MlflowClient(tracking_uri=uri)
 
     def _experiment_id(self, client) -> str:
         found = client.get_experiment_by_name(self.experiment)
@@ -114,6 +406,89 @@ def local_registry(home: Path) -> MlflowRegistry:
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",
         artifact_root=(folder / "artifacts").as_uri(),
     )
+
+
+def production_registry() -> MlflowRegistry:
+    """The shared registry, configured from the environment when a run starts:
+
+    - `MLFLOW_TRACKING_URI`: the PostgreSQL store, e.g. postgresql://mlflow@db:5432/mlflow
+      (psycopg2-binary is a dependency; a bare postgresql:// is read as postgresql+psycopg2://).
+      It may carry a password, so it is read only through EnvVar and never logged.
+    - `MLFLOW_ARTIFACT_ROOT`: where a newly created experiment keeps artifacts, e.g.
+      s3://bucket/mlflow. Writing to s3:// needs boto3, which is not among the dependencies:
+      install it in the production image, with credentials from the usual AWS variables
+      (and MLFLOW_S3_ENDPOINT_URL for an S3-compatible store such as MinIO). The root applies
+      only when the experiment is created; an existing experiment keeps its own.
+    """
+    return MlflowRegistry(
+        tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"),
+        artifact_root=dg.EnvVar("MLFLOW_ARTIFACT_ROOT"),
+    )
+
+
+def _safe_name(name: str, *, what: str) -> str:
+    try:
+        return safe_component(name, what=what)
+    except LakePathError as error:
+        raise RegistryError(str(error)) from error
+
+
+def _check_promotable(candidate: ModelVersion) -> None:
+    where = f"{candidate.name} version {candidate.version}"
+    if candidate.gate_decision != "promote":
+        raise RegistryError(
+            f"{where} cannot be {CHAMPION}: its {GATE_TAG} is {candidate.gate_decision!r},"
+            " not 'promote'"
+        )
+    if error := candidate.tags.get(REGISTRATION_ERROR_TAG):
+        raise RegistryError(f"{where} cannot be {CHAMPION}: {error}")
+    if candidate.sha256 is None:
+        raise RegistryError(
+            f"{where} cannot be {CHAMPION}: its main file's sha256 tag is missing, so a copy"
+            " could not be verified"
+        )
+
+
+def _stage(folder: Path, files: Mapping[str, Path], documents: Mapping[str, Any]) -> dict:
+    """Copy files and write documents into `folder` under their artifact names; their sha256s."""
+    for name, path in files.items():
+        shutil.copyfile(path, folder / name)
+    for name, document in documents.items():
+        text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False, default=str)
+        (folder / name).write_text(text + "\n")
+    return {name: _sha256(folder / name) for name in [*files, *documents]}
+
+
+def _create_registered_model(client, model_name: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(model_name)
+    except MlflowException as error:
+        if not _is_absent(error):
+            raise
+        try:
+            client.create_registered_model(model_name)
+        except MlflowException as race:  # another registration created it in between
+            if race.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+
+
+def _is_absent(error) -> bool:
+    # A missing alias is INVALID_PARAMETER_VALUE in the SQL store, a missing model or version
+    # RESOURCE_DOES_NOT_EXIST.
+    return error.error_code == "RESOURCE_DOES_NOT_EXIST" or (
+        error.error_code == "INVALID_PARAMETER_VALUE" and "not found" in error.message
+    )
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as source:
+        return hashlib.file_digest(source, "sha256").hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(tz=UTC)
 
 
 def _millis() -> int:

@@ -1,0 +1,285 @@
+"""The model registry on real MLflow stores: SQLite under a temporary folder, and PostgreSQL.
+
+Registration, the champion alias (promotion, refusal, rollback), verified fetches, and the
+refusal of names that would escape their folder. One SQLite store is shared by the module
+(creating MLflow's schema takes seconds); each test uses its own model name.
+"""
+
+import hashlib
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+import pytest
+
+from resources.registry import (
+    CHAMPION,
+    MlflowRegistry,
+    ModelIntegrityError,
+    ModelVersion,
+    RegistryError,
+    local_registry,
+)
+
+pytestmark = pytest.mark.integration
+
+UNSAFE_NAMES = ["../x", "/etc/passwd", "a\\b", "%2e%2e", "", "a/b", ".."]
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> MlflowRegistry:
+    return local_registry(tmp_path_factory.mktemp("home"))
+
+
+def register(
+    registry: MlflowRegistry,
+    model: str,
+    folder: Path,
+    content: bytes,
+    gate: str = "promote",
+    expected_version: str | None = None,
+) -> ModelVersion:
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx = folder / f"export-{secrets.token_hex(4)}.onnx"  # the artifact name is not the file's
+    onnx.write_bytes(content)
+    return registry.register(
+        model,
+        files={"model.onnx": onnx},
+        documents={"gate_report.json": {"decision": gate}, "metrics.json": {"auc": 0.71}},
+        tags={"gate_decision": gate, "data_fingerprint": "abc123"},
+        run_name=f"register-{model}",
+        expected_version=expected_version,
+        description="test model",
+    )
+
+
+def stored_file(version: ModelVersion, artifact: str) -> Path:
+    """The artifact's file in the (file-system) artifact store."""
+    return Path(url2pathname(urlparse(version.source).path)) / artifact
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, tmp_path: Path):
+    assert registry.next_version("delay_register") == "1"
+
+    first = register(registry, "delay_register", tmp_path, b"onnx v1", expected_version="1")
+
+    assert first.version == "1"
+    assert first.sha256 == sha256(b"onnx v1")
+    assert set(first.files) == {"model.onnx", "gate_report.json", "metrics.json"}
+    assert first.gate_decision == "promote"
+    assert first.tags["data_fingerprint"] == "abc123"
+    assert first.source.endswith("/model")
+    assert first.link.endswith("/#/models/delay_register/versions/1")
+    client = registry._client()
+    run = client.get_run(first.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["sha256.model.onnx"] == first.sha256
+    listed = {Path(a.path).name for a in client.list_artifacts(first.run_id, "model")}
+    assert listed == {"model.onnx", "gate_report.json", "metrics.json"}
+    report = registry.fetch(first, "gate_report.json", tmp_path / "cache")
+    assert '"decision": "promote"' in report.read_text()
+    assert registry.next_version("delay_register") == "2"
+
+    register(registry, "delay_register", tmp_path, b"onnx v2")
+
+    assert [v.version for v in registry.versions("delay_register")] == ["2", "1"]
+    assert registry.versions("never_registered") == []
+
+
+def test_promote_moves_the_alias_and_rollback_returns_to_a_named_version(
+    registry: MlflowRegistry, tmp_path: Path
+):
+    for content in (b"v1", b"v2"):
+        register(registry, "delay_promote", tmp_path, content)
+    assert registry.champion("delay_promote") is None
+
+    first = registry.promote("delay_promote", "1", reason="first gate pass")
+    second = registry.promote("delay_promote", "2", reason="beats version 1")
+
+    assert (first.previous, first.current, first.changed) == (None, "1", True)
+    assert (second.previous, second.current) == ("1", "2")
+    champion = registry.champion("delay_promote")
+    assert champion is not None and champion.version == "2"
+    assert champion.aliases == [CHAMPION]
+    assert champion.tags["promoted_from"] == "1"
+    assert registry.version("delay_promote", "1").aliases == []  # still registered
+
+    rollback = registry.promote("delay_promote", "1", reason="rollback: v2 misroutes JFK")
+
+    assert (rollback.previous, rollback.current) == ("2", "1")
+    rolled_back = registry.champion("delay_promote")
+    assert rolled_back is not None and rolled_back.version == "1"
+    assert rolled_back.tags["promoted_from"] == "2"
+    assert rolled_back.tags["promotion_reason"] == "rollback: v2 misroutes JFK"
+    again = registry.promote("delay_promote", "1", reason="click twice")
+    assert again.changed is False and "already" in again.reason
+
+
+def test_refused_promotions_leave_the_champion_alone(registry: MlflowRegistry, tmp_path: Path):
+    register(registry, "delay_refuse", tmp_path, b"good")
+    register(registry, "delay_refuse", tmp_path, b"worse", gate="reject")
+    registry.promote("delay_refuse", "1", reason="gate passed")
+
+    with pytest.raises(RegistryError, match=r"delay_refuse version 2.*'reject'"):
+        registry.promote("delay_refuse", "2", reason="try anyway")
+    with pytest.raises(RegistryError, match="delay_refuse version 7 does not exist"):
+        registry.promote("delay_refuse", "7", reason="typo")
+    with pytest.raises(RegistryError, match="not a version number"):
+        registry.promote("delay_refuse", "1 ", reason="typo")
+    with pytest.raises(RegistryError, match="needs a reason"):
+        registry.promote("delay_refuse", "1", reason=" ")
+
+    champion = registry.champion("delay_refuse")
+    assert champion is not None and champion.version == "1"
+    assert registry.champion("no_such_model") is None
+    register(registry, "delay_no_alias", tmp_path, b"x")
+    assert registry.champion("delay_no_alias") is None
+
+
+def test_a_version_without_its_hash_tags_is_not_promoted(registry: MlflowRegistry, tmp_path: Path):
+    register(registry, "delay_untagged", tmp_path, b"x")
+    registry._client().delete_model_version_tag("delay_untagged", "1", "sha256.model.onnx")
+
+    with pytest.raises(RegistryError, match="sha256 tag is missing"):
+        registry.promote("delay_untagged", "1", reason="gate passed")
+    assert registry.champion("delay_untagged") is None
+
+
+def test_fetch_gives_a_verified_copy_and_replaces_a_tampered_one(
+    registry: MlflowRegistry, tmp_path: Path
+):
+    version = register(registry, "delay_fetch", tmp_path, b"weights")
+    cache = tmp_path / "cache"
+
+    path = registry.fetch(version, "model.onnx", cache)
+
+    assert path == cache / "delay_fetch" / "1" / "model.onnx"
+    assert path.read_bytes() == b"weights"
+    path.write_bytes(b"tampered in the cache")
+    assert registry.fetch(version, "model.onnx", cache).read_bytes() == b"weights"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model.onnx"]  # no temp folder left
+    with pytest.raises(RegistryError, match="no sha256 recorded"):
+        registry.fetch(version, "other.onnx", cache)
+
+
+def test_fetch_refuses_a_tampered_store_and_keeps_nothing(registry: MlflowRegistry, tmp_path: Path):
+    version = register(registry, "delay_tamper", tmp_path, b"weights")
+    cache = tmp_path / "cache"
+    registry.fetch(version, "model.onnx", cache).write_bytes(b"stale cached copy")
+    stored_file(version, "model.onnx").write_bytes(b"evil weights")
+
+    with pytest.raises(ModelIntegrityError) as refused:
+        registry.fetch(version, "model.onnx", cache)
+
+    assert sha256(b"evil weights") in str(refused.value)
+    assert sha256(b"weights") in str(refused.value)
+    assert list((cache / "delay_tamper" / "1").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", UNSAFE_NAMES)
+def test_unsafe_names_are_refused_before_anything_is_written(
+    registry: MlflowRegistry, tmp_path: Path, name: str
+):
+    good = register(registry, "delay_names", tmp_path / "good", b"x")
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"x")
+    client = registry._client()
+    experiment_id = registry._experiment_id(client)
+    runs_before = len(client.search_runs([experiment_id], max_results=1000))
+    upcoming = registry.next_version("delay_names")
+
+    with pytest.raises(RegistryError, match="not a safe path component"):
+        registry.register("delay_names", {name: onnx}, {}, {}, run_name="bad file")
+    with pytest.raises(RegistryError, match="not a safe path component"):
+        registry.register(
+            "delay_names", {"model.onnx": onnx}, {name: {}}, {}, run_name="bad document"
+        )
+    with pytest.raises(RegistryError, match="not a safe path component"):
+        registry.register(name, {"model.onnx": onnx}, {}, {}, run_name="bad model")
+    cache = tmp_path / "cache"
+    with pytest.raises(RegistryError, match="not a safe path component"):
+        registry.fetch(good, name, cache)
+    forged = ModelVersion(**{**good.__dict__, "name": name})
+    with pytest.raises(RegistryError, match="not a safe path component"):
+        registry.fetch(forged, "model.onnx", cache)
+
+    assert not cache.exists()
+    assert len(client.search_runs([experiment_id], max_results=1000)) == runs_before
+    assert registry.next_version("delay_names") == upcoming
+
+
+def test_a_version_number_other_than_the_stamped_one_is_refused(
+    registry: MlflowRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    with pytest.raises(RegistryError, match=r"expected to register version 2.*next version is 1"):
+        register(registry, "delay_expected", tmp_path, b"x", expected_version="2")
+    assert registry.next_version("delay_expected") == "1"
+    register(registry, "delay_expected", tmp_path, b"v1", expected_version="1")
+
+    # Another registration between next_version and register: MLflow assigns 2, not 1.
+    monkeypatch.setattr(MlflowRegistry, "next_version", lambda self, model_name: "1")
+    with pytest.raises(RegistryError, match=r"assigned version 2.*carry version 1"):
+        register(registry, "delay_expected", tmp_path, b"v1 again", expected_version="1")
+    monkeypatch.undo()
+
+    assert registry.next_version("delay_expected") == "3"
+    orphan = registry.version("delay_expected", "2")
+    assert registry._client().get_run(orphan.run_id).info.status == "FAILED"
+    with pytest.raises(RegistryError, match="assigned version 2"):
+        registry.promote("delay_expected", "2", reason="gate passed")
+
+
+@pytest.fixture
+def postgres_registry(tmp_path: Path) -> Iterator[MlflowRegistry]:
+    psycopg2 = pytest.importorskip("psycopg2")
+    try:
+        admin = psycopg2.connect(dbname="postgres", connect_timeout=3, **POSTGRES)
+    except psycopg2.OperationalError as error:
+        pytest.skip(f"PostgreSQL at {POSTGRES['host']}:{POSTGRES['port']} unreachable: {error}")
+    admin.autocommit = True
+    database = f"mlflow_test_{secrets.token_hex(6)}"
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {database}")
+    try:
+        yield MlflowRegistry(
+            tracking_uri=f"postgresql://postgres@127.0.0.1:5432/{database}",
+            artifact_root=(tmp_path / "artifacts").as_uri(),
+        )
+    finally:
+        # MLflow keeps a pooled engine per URI; FORCE ends its connections (PostgreSQL 13+).
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        admin.close()
+
+
+def test_register_promote_and_fetch_on_postgresql(
+    postgres_registry: MlflowRegistry, tmp_path: Path
+):
+    registry = postgres_registry
+    assert registry.next_version("delay_pg") == "1"
+    register(registry, "delay_pg", tmp_path, b"pg v1", expected_version="1")
+    register(registry, "delay_pg", tmp_path, b"pg v2", expected_version="2")
+    register(registry, "delay_pg", tmp_path, b"pg v3", gate="reject")
+
+    registry.promote("delay_pg", "1", reason="first")
+    promotion = registry.promote("delay_pg", "2", reason="better")
+    with pytest.raises(RegistryError, match="'reject'"):
+        registry.promote("delay_pg", "3", reason="try anyway")
+
+    assert (promotion.previous, promotion.current) == ("1", "2")
+    champion = registry.champion("delay_pg")
+    assert champion is not None and champion.version == "2"
+    assert registry.champion("no_such_model") is None
+    path = registry.fetch(champion, "model.onnx", tmp_path / "cache")
+    assert path.read_bytes() == b"pg v2"
+    assert [v.version for v in registry.versions("delay_pg")] == ["3", "2", "1"]
+    registry.promote("delay_pg", "1", reason="rollback")
+    rolled_back = registry.champion("delay_pg")
+    assert rolled_back is not None and rolled_back.tags["promoted_from"] == "2"
