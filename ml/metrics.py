@@ -1,9 +1,17 @@
-"""Quality of a binary classifier's probabilities on one split."""
+"""Quality of a binary classifier's probabilities on one split, overall and per slice."""
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import numpy as np
+import pandas as pd
+
+MISSING = "(missing)"
+"""Slice value of rows whose slice column is empty."""
+OUT_OF_RANGE = "(out of range)"
+"""Slice value of rows outside a binned slice's edges; kept so no row silently leaves a slice."""
 
 
 @dataclass(frozen=True)
@@ -15,18 +23,36 @@ class BinaryMetrics:
     roc_auc: float
     """NaN when the split holds one class only."""
     average_precision: float
+    """NaN when the split holds one class only."""
     brier: float
+    calibration_error: float
+    """Expected calibration error: |mean probability - observed rate| over 10 equal-width
+    probability bins, weighted by each bin's share of rows."""
+    threshold: float
+    """A row is predicted positive when its probability is >= threshold."""
     accuracy: float
-    """At a 0.5 threshold, as a fraction."""
+    """At `threshold`, as a fraction."""
+    f1: float
+    """At `threshold`; NaN when there are neither positive labels nor positive predictions."""
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "BinaryMetrics":
+        """The inverse of `as_dict`; a metric that is None or absent becomes NaN, so a metric
+        lost on the way (or not computed by an older version) can never look good."""
+        metrics = {
+            f.name: _float_or_nan(values.get(f.name)) for f in fields(cls) if f.name != "rows"
+        }
+        return cls(rows=int(values["rows"]), **metrics)
 
-def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> BinaryMetrics:
-    """Metrics of P(label = 1) against 0/1 labels; refuses NaN or out-of-range probabilities."""
-    from sklearn import metrics
 
+def _float_or_nan(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _checked(labels: Any, probabilities: Any) -> tuple[np.ndarray, np.ndarray]:
     labels = np.asarray(labels, dtype="float64")
     probabilities = np.asarray(probabilities, dtype="float64")
     if len(labels) != len(probabilities) or len(labels) == 0:
@@ -34,7 +60,26 @@ def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> BinaryMetri
     bad = int((~np.isfinite(probabilities) | (probabilities < 0) | (probabilities > 1)).sum())
     if bad:
         raise ValueError(f"{bad} probabilities are NaN, infinite or outside [0, 1]")
+    bad = int(((labels != 0) & (labels != 1)).sum())
+    if bad:
+        raise ValueError(f"{bad} labels are neither 0 nor 1")
+    return labels, probabilities
+
+
+def binary_metrics(
+    labels: np.ndarray, probabilities: np.ndarray, threshold: float = 0.5
+) -> BinaryMetrics:
+    """Metrics of P(label = 1) against 0/1 labels; refuses empty inputs, labels other than 0/1
+    and NaN or out-of-range probabilities."""
+    from sklearn import metrics
+
+    if not 0 <= threshold <= 1:  # also refuses NaN
+        raise ValueError(f"threshold={threshold}: must lie in [0, 1]")
+    labels, probabilities = _checked(labels, probabilities)
     both_classes = 0 < labels.sum() < len(labels)
+    predicted = probabilities >= threshold
+    true_positives = float((predicted & (labels == 1)).sum())
+    f1_denominator = float(predicted.sum() + labels.sum())
     return BinaryMetrics(
         rows=len(labels),
         positive_rate=float(labels.mean()),
@@ -46,5 +91,278 @@ def binary_metrics(labels: np.ndarray, probabilities: np.ndarray) -> BinaryMetri
             else math.nan
         ),
         brier=float(metrics.brier_score_loss(labels, probabilities)),
-        accuracy=float(((probabilities >= 0.5) == labels).mean()),
+        calibration_error=_expected_calibration_error(labels, probabilities),
+        threshold=float(threshold),
+        accuracy=float((predicted == labels).mean()),
+        f1=2 * true_positives / f1_denominator if f1_denominator else math.nan,
     )
+
+
+def best_threshold(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    """The threshold (one of the probabilities) with the highest F1 when rows at or above it are
+    predicted positive; on a tie the highest such threshold, the one predicting fewest positives.
+    With no positive labels F1 is 0 at every threshold, and the default 0.5 is returned."""
+    labels, probabilities = _checked(labels, probabilities)
+    positives = labels.sum()
+    if positives == 0:
+        return 0.5
+    order = np.argsort(-probabilities, kind="stable")
+    ranked, hits = probabilities[order], labels[order]
+    # The last row of each run of equal probabilities: thresholding there keeps the whole run.
+    ends = np.flatnonzero(np.r_[ranked[1:] != ranked[:-1], True])
+    true_positives = np.cumsum(hits)[ends]
+    predicted = ends + 1
+    f1 = 2 * true_positives / (predicted + positives)
+    return float(ranked[ends[int(np.argmax(f1))]])  # argmax: first = highest threshold
+
+
+@dataclass(frozen=True)
+class CalibrationBin:
+    lower: float
+    upper: float
+    """The bin holds probabilities in [lower, upper); the last bin also holds 1.0."""
+    rows: int
+    mean_probability: float
+    observed_rate: float
+    """Share of the bin's rows whose label is 1."""
+
+
+def _bin_index(probabilities: np.ndarray, bins: int) -> np.ndarray:
+    return np.minimum((probabilities * bins).astype("int64"), bins - 1)
+
+
+def _expected_calibration_error(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    return sum(
+        b.rows / len(labels) * abs(b.mean_probability - b.observed_rate)
+        for b in _bins(labels, probabilities, 10)
+    )
+
+
+def _bins(labels: np.ndarray, probabilities: np.ndarray, bins: int) -> list[CalibrationBin]:
+    index = _bin_index(probabilities, bins)
+    out = []
+    for i in np.unique(index):
+        inside = index == i
+        out.append(
+            CalibrationBin(
+                lower=float(i) / bins,
+                upper=float(i + 1) / bins,
+                rows=int(inside.sum()),
+                mean_probability=float(probabilities[inside].mean()),
+                observed_rate=float(labels[inside].mean()),
+            )
+        )
+    return out
+
+
+def calibration_bins(
+    labels: np.ndarray, probabilities: np.ndarray, bins: int = 10
+) -> list[CalibrationBin]:
+    """Reliability of the probabilities in `bins` equal-width bins over [0, 1], in increasing
+    order; empty bins are omitted (they have no mean probability or observed rate)."""
+    if bins < 1:
+        raise ValueError(f"bins={bins}: must be at least 1")
+    return _bins(*_checked(labels, probabilities), bins)
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """A way of cutting the rows into slices evaluated separately."""
+
+    name: str
+    """Short name of the slice, e.g. "carrier"."""
+    column: str
+    """Column of the evaluated frame that the slice is read from."""
+    edges: tuple[float, ...] = ()
+    """Empty: one slice per distinct value. Otherwise numeric bins [e0, e1), [e1, e2), ...;
+    rows outside them form the slice "(out of range)"."""
+    labels: tuple[str, ...] = ()
+    """Names of the bins, one per pair of consecutive edges."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("name: must not be empty")
+        if not self.column:
+            raise ValueError(f"column: slice {self.name!r} names no column")
+        object.__setattr__(self, "edges", tuple(float(e) for e in self.edges))
+        object.__setattr__(self, "labels", tuple(self.labels))
+        if not self.edges:
+            if self.labels:
+                raise ValueError(f"labels: slice {self.name!r} has labels but no edges")
+            return
+        if len(self.edges) < 2:
+            raise ValueError(f"edges={self.edges}: slice {self.name!r} needs at least two")
+        if not all(np.isfinite(self.edges)) or any(
+            not a < b for a, b in zip(self.edges, self.edges[1:], strict=False)
+        ):
+            raise ValueError(f"edges={self.edges}: must be finite and strictly increasing")
+        if len(self.labels) != len(self.edges) - 1:
+            raise ValueError(
+                f"labels: slice {self.name!r} has {len(self.labels)} labels "
+                f"for {len(self.edges) - 1} bins"
+            )
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels={self.labels}: must be distinct")
+
+    def values(self, column: pd.Series) -> np.ndarray:
+        """The slice value (a string) of every row of `column`."""
+        missing = column.isna().to_numpy()
+        if self.edges:
+            numbers = pd.to_numeric(column).to_numpy(dtype="float64", na_value=np.nan)
+            index = np.searchsorted(self.edges, numbers, side="right") - 1
+            named = np.array([*self.labels, OUT_OF_RANGE], dtype=object)
+            inside = (index >= 0) & (index < len(self.labels))
+            out = named[np.where(inside, index, len(self.labels))]
+        else:
+            out = np.array([_name(v) for v in column.to_numpy(dtype=object)], dtype=object)
+        out[missing] = MISSING
+        return out
+
+
+def _name(value: Any) -> str:
+    if pd.isna(value):
+        return MISSING
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return str(int(value))  # 7.0 -> "7": an integer column read back with NaNs in it
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SliceMetrics:
+    slice: str
+    """`SliceSpec.name`."""
+    value: str
+    rows: int
+    positives: int
+    metrics: BinaryMetrics | None
+    """None when the slice was skipped."""
+    skipped: str | None = None
+    """Why the slice was not evaluated: too few rows or a single class."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.slice}={self.value}"
+
+
+def _nan_to_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()
+    }
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    overall: BinaryMetrics
+    slices: list[SliceMetrics] = field(default_factory=list)
+    calibration: list[CalibrationBin] = field(default_factory=list)
+    """10 equal-width bins, empty ones omitted."""
+
+    def slice(self, name: str, value: str) -> SliceMetrics:
+        for found in self.slices:
+            if found.slice == name and found.value == value:
+                return found
+        raise KeyError(f"no slice {name}={value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe values: NaN and infinities become None."""
+        return {
+            "overall": _nan_to_none(self.overall.as_dict()),
+            "slices": [
+                {
+                    "slice": s.slice,
+                    "value": s.value,
+                    "rows": s.rows,
+                    "positives": s.positives,
+                    "metrics": None if s.metrics is None else _nan_to_none(s.metrics.as_dict()),
+                    "skipped": s.skipped,
+                }
+                for s in self.slices
+            ],
+            "calibration": [_nan_to_none(asdict(b)) for b in self.calibration],
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "Evaluation":
+        """The inverse of `to_dict`; None metrics come back as NaN."""
+        return cls(
+            overall=BinaryMetrics.from_dict(values["overall"]),
+            slices=[
+                SliceMetrics(
+                    slice=s["slice"],
+                    value=s["value"],
+                    rows=int(s["rows"]),
+                    positives=int(s["positives"]),
+                    metrics=None if s["metrics"] is None else BinaryMetrics.from_dict(s["metrics"]),
+                    skipped=s.get("skipped"),
+                )
+                for s in values["slices"]
+            ],
+            calibration=[
+                CalibrationBin(
+                    lower=float(b["lower"]),
+                    upper=float(b["upper"]),
+                    rows=int(b["rows"]),
+                    mean_probability=_float_or_nan(b["mean_probability"]),
+                    observed_rate=_float_or_nan(b["observed_rate"]),
+                )
+                for b in values["calibration"]
+            ],
+        )
+
+
+def evaluate(
+    labels: np.ndarray,
+    probabilities: np.ndarray,
+    frame: pd.DataFrame,
+    slices: Sequence[SliceSpec],
+    threshold: float,
+    min_slice_rows: int,
+) -> Evaluation:
+    """Metrics overall and per slice value, all at `threshold`, with the calibration bins.
+
+    `frame` holds the slice columns, row i describing labels[i]. A slice value with fewer than
+    `min_slice_rows` rows or a single class is skipped: its metrics are None and `skipped` says
+    why."""
+    if min_slice_rows < 1:
+        raise ValueError(f"min_slice_rows={min_slice_rows}: must be at least 1")
+    labels, probabilities = _checked(labels, probabilities)
+    if len(frame) != len(labels):
+        raise ValueError(f"frame has {len(frame)} rows for {len(labels)} labels")
+    names = [s.name for s in slices]
+    if len(set(names)) != len(names):
+        raise ValueError(f"slices: names {names} are not distinct")
+    absent = [s.column for s in slices if s.column not in frame.columns]
+    if absent:
+        raise ValueError(f"slice columns {absent} are not in the frame")
+    evaluated = []
+    for spec in slices:
+        values = spec.values(frame[spec.column])
+        for value in _ordered(spec, values):
+            inside = values == value
+            rows, positives = int(inside.sum()), int(labels[inside].sum())
+            if rows < min_slice_rows:
+                skipped = f"{rows:,} rows < {min_slice_rows:,}"
+            elif positives in (0, rows):
+                skipped = f"one class only ({positives:,} positives in {rows:,} rows)"
+            else:
+                skipped = None
+            metrics = (
+                None
+                if skipped
+                else binary_metrics(labels[inside], probabilities[inside], threshold)
+            )
+            evaluated.append(SliceMetrics(spec.name, value, rows, positives, metrics, skipped))
+    return Evaluation(
+        overall=binary_metrics(labels, probabilities, threshold),
+        slices=evaluated,
+        calibration=_bins(labels, probabilities, 10),
+    )
+
+
+def _ordered(spec: SliceSpec, values: np.ndarray) -> list[str]:
+    """Bins in edge order, distinct values sorted; the missing and out-of-range ones last."""
+    present = set(values.tolist())
+    special = [v for v in (OUT_OF_RANGE, MISSING) if v in present]
+    if spec.edges:
+        return [v for v in spec.labels if v in present] + special
+    return sorted(present - {MISSING, OUT_OF_RANGE}) + special

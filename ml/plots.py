@@ -1,6 +1,14 @@
 """Figures a person would rather look at than read, rendered to PNG bytes."""
 
 import io
+import math
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from ml.metrics import BinaryMetrics, CalibrationBin, Evaluation, SliceMetrics
 
 
 def loss_curve(train_loss: list[float], validation_loss: list[float], best_epoch: int) -> bytes:
@@ -26,3 +34,122 @@ def loss_curve(train_loss: list[float], validation_loss: list[float], best_epoch
         return out.getvalue()
     finally:
         plt.close(figure)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    from matplotlib import pyplot as plt
+
+    return plt
+
+
+def _png(figure: Any) -> bytes:
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+def roc_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """ROC curve of each named (labels, probabilities) pair, its AUC in the legend."""
+    from sklearn import metrics
+
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(5, 5), dpi=100)
+    try:
+        for name, (labels, probabilities) in curves.items():
+            labels = np.asarray(labels)
+            if 0 < labels.sum() < len(labels):
+                fpr, tpr, _ = metrics.roc_curve(labels, probabilities)
+                auc = metrics.roc_auc_score(labels, probabilities)
+                axes.plot(fpr, tpr, label=f"{name} (AUC {auc:.3f})")
+            else:
+                axes.plot([], [], label=f"{name} (one class only: no curve)")
+        axes.plot([0, 1], [0, 1], color="grey", linestyle="--", label="chance")
+        axes.set_xlabel("false positive rate")
+        axes.set_ylabel("true positive rate")
+        axes.set_xlim(0, 1)
+        axes.set_ylim(0, 1)
+        axes.legend(loc="lower right")
+        axes.grid(alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def calibration_plot(curves: Mapping[str, list[CalibrationBin]]) -> bytes:
+    """Reliability diagram: observed rate against mean probability per bin, and the diagonal of
+    perfect calibration."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(5, 5), dpi=100)
+    try:
+        axes.plot([0, 1], [0, 1], color="grey", linestyle="--", label="perfectly calibrated")
+        for name, bins in curves.items():
+            axes.plot(
+                [b.mean_probability for b in bins],
+                [b.observed_rate for b in bins],
+                marker="o",
+                label=name,
+            )
+        axes.set_xlabel("mean predicted probability")
+        axes.set_ylabel("observed positive rate")
+        axes.set_xlim(0, 1)
+        axes.set_ylim(0, 1)
+        axes.legend(loc="upper left")
+        axes.grid(alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def slice_bars(
+    challenger: Evaluation, champion: Evaluation | None, metric: str = "roc_auc"
+) -> bytes:
+    """One panel per slice, a bar per value for the challenger and, beside it, the champion;
+    skipped values have no bar and "(skipped)" under their name."""
+    if metric not in {f.name for f in fields(BinaryMetrics)}:
+        raise ValueError(f"metric={metric!r}: not a field of BinaryMetrics")
+    names = list(dict.fromkeys(s.slice for s in challenger.slices))
+    plt = _pyplot()
+    figure, panels = plt.subplots(
+        max(len(names), 1), 1, figsize=(8, 2.8 * max(len(names), 1)), dpi=100, squeeze=False
+    )
+    try:
+        if not names:
+            panels[0, 0].text(0.5, 0.5, "no slices evaluated", ha="center", va="center")
+            panels[0, 0].set_axis_off()
+        width = 0.4 if champion is not None else 0.8
+        for axes, name in zip(panels[: len(names), 0], names, strict=True):
+            ours = [s for s in challenger.slices if s.slice == name]
+            x = np.arange(len(ours))
+            axes.bar(x, [_value(s, metric) for s in ours], width, label="challenger")
+            if champion is not None:
+                theirs = {(s.slice, s.value): s for s in champion.slices}
+                axes.bar(
+                    x + width,
+                    [_value(theirs.get((s.slice, s.value)), metric) for s in ours],
+                    width,
+                    label="champion",
+                )
+            axes.set_xticks(
+                x + (width / 2 if champion is not None else 0),
+                [s.value if s.metrics is not None else f"{s.value}\n(skipped)" for s in ours],
+                rotation=45 if len(ours) > 8 else 0,
+                fontsize=8,
+            )
+            axes.set_title(name)
+            axes.set_ylabel(metric)
+            axes.grid(axis="y", alpha=0.3)
+            axes.legend(fontsize=8)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def _value(found: SliceMetrics | None, metric: str) -> float:
+    """NaN (no bar) when the slice was skipped or is absent."""
+    if found is None or found.metrics is None:
+        return math.nan
+    return getattr(found.metrics, metric)

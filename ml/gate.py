@@ -1,0 +1,327 @@
+"""Whether a challenger model may replace the champion: it must clear an absolute bar and not
+regress against the champion, overall or on any slice both evaluated.
+
+Every comparison is written so that NaN fails it (`value >= floor` is False for NaN): a metric
+that could not be computed can never let a model through.
+"""
+
+import datetime as dt
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from ml.metrics import BinaryMetrics, Evaluation, SliceMetrics
+
+RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+
+HIGHER_IS_BETTER = {"roc_auc": True, "average_precision": True, "log_loss": False, "brier": False}
+"""The metrics the no_regression rule can compare, and which way is better for each."""
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    min_roc_auc: float = 0.65
+    """Absolute floor of the challenger's overall ROC AUC."""
+    max_calibration_error: float = 0.1
+    """Absolute ceiling of the challenger's overall expected calibration error."""
+    compared_metrics: tuple[str, ...] = ("roc_auc", "average_precision", "log_loss", "brier")
+    """Overall metrics that must not be worse than the champion's beyond their tolerance; each
+    one's direction is in `HIGHER_IS_BETTER` and its tolerance in the field below."""
+    max_roc_auc_drop: float = 0.005
+    """How far the overall ROC AUC may fall below the champion's."""
+    max_average_precision_drop: float = 0.01
+    """How far the overall average precision may fall below the champion's."""
+    max_log_loss_rise: float = 0.005
+    """How far the overall log loss may rise above the champion's."""
+    max_brier_rise: float = 0.002
+    """How far the overall Brier score may rise above the champion's."""
+    max_slice_roc_auc_drop: float = 0.03
+    """How far the ROC AUC of any slice value evaluated for both models may fall."""
+    min_slice_rows: int = 200
+    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
+        for name in ("min_roc_auc", "max_calibration_error"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name}={value}: must lie in [0, 1]")
+        for name in (
+            "max_roc_auc_drop",
+            "max_average_precision_drop",
+            "max_log_loss_rise",
+            "max_brier_rise",
+            "max_slice_roc_auc_drop",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and not negative")
+        if self.min_slice_rows < 1:
+            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        unknown = [m for m in self.compared_metrics if m not in HIGHER_IS_BETTER]
+        if unknown or not self.compared_metrics:
+            raise ValueError(
+                f"compared_metrics={self.compared_metrics}: "
+                f"must be some of {tuple(HIGHER_IS_BETTER)}"
+            )
+        if len(set(self.compared_metrics)) != len(self.compared_metrics):
+            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
+
+    def tolerance(self, metric: str) -> float:
+        """How much worse than the champion's `metric` may be, in its own units."""
+        suffix = "drop" if HIGHER_IS_BETTER[metric] else "rise"
+        return getattr(self, f"max_{metric}_{suffix}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compared_metrics": list(self.compared_metrics)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "GatePolicy":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule: str
+    passed: bool
+    summary: str
+    """One line with the numbers, e.g. "roc_auc 0.612 < floor 0.650"."""
+    failures: list[str] = field(default_factory=list)
+    """One line per failing metric or slice."""
+
+
+@dataclass(frozen=True)
+class GateReport:
+    passed: bool
+    decision: Literal["promote", "reject"]
+    rules: list[RuleResult]
+    policy: GatePolicy
+    challenger: Evaluation
+    champion: Evaluation | None
+    champion_version: str | None
+    subject: str
+    """What is judged, e.g. the sha256 of the challenger's weights."""
+    created_at: str
+    """ISO 8601, UTC."""
+
+    @property
+    def reasons(self) -> list[str]:
+        """The summaries of the failed rules."""
+        return [r.summary for r in self.rules if not r.passed]
+
+    def rule(self, name: str) -> RuleResult:
+        for result in self.rules:
+            if result.rule == name:
+                return result
+        raise KeyError(f"no rule {name!r}; the rules are {RULES}")
+
+    def to_json(self) -> str:
+        """JSON without NaN (it becomes null and comes back as NaN)."""
+        return json.dumps(
+            {
+                "passed": self.passed,
+                "decision": self.decision,
+                "rules": [asdict(r) for r in self.rules],
+                "policy": self.policy.to_dict(),
+                "challenger": self.challenger.to_dict(),
+                "champion": None if self.champion is None else self.champion.to_dict(),
+                "champion_version": self.champion_version,
+                "subject": self.subject,
+                "created_at": self.created_at,
+            },
+            allow_nan=False,
+            ensure_ascii=False,
+            indent=2,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "GateReport":
+        values = json.loads(text)
+        decision = values["decision"]
+        if decision not in ("promote", "reject") or values["passed"] != (decision == "promote"):
+            raise ValueError(f"decision={decision!r} contradicts passed={values['passed']}")
+        return cls(
+            passed=values["passed"],
+            decision=decision,
+            rules=[RuleResult(**r) for r in values["rules"]],
+            policy=GatePolicy.from_dict(values["policy"]),
+            challenger=Evaluation.from_dict(values["challenger"]),
+            champion=None
+            if values["champion"] is None
+            else Evaluation.from_dict(values["champion"]),
+            champion_version=values["champion_version"],
+            subject=values["subject"],
+            created_at=values["created_at"],
+        )
+
+
+def decide(
+    challenger: Evaluation,
+    champion: Evaluation | None,
+    policy: GatePolicy,
+    *,
+    champion_version: str | None = None,
+    subject: str = "",
+) -> GateReport:
+    """Judge the challenger by every rule in `RULES`; it is promoted only if all pass."""
+    rules = [
+        finite_metrics(challenger, policy),
+        absolute_floor(challenger, policy),
+        no_regression(challenger, champion, policy),
+        no_slice_regression(challenger, champion, policy),
+    ]
+    passed = all(r.passed for r in rules)
+    return GateReport(
+        passed=passed,
+        decision="promote" if passed else "reject",
+        rules=rules,
+        policy=policy,
+        challenger=challenger,
+        champion=champion,
+        champion_version=champion_version,
+        subject=subject,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _num(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else str(value).replace("nan", "NaN")
+
+
+def _metric_values(metrics: BinaryMetrics) -> dict[str, float]:
+    return {k: v for k, v in metrics.as_dict().items() if k != "rows"}
+
+
+def _eligible(found: SliceMetrics | None, policy: GatePolicy) -> BinaryMetrics | None:
+    """The slice's metrics when it is judged: evaluated, and with enough rows for the policy."""
+    if found is None or found.metrics is None or found.rows < policy.min_slice_rows:
+        return None
+    return found.metrics
+
+
+def finite_metrics(challenger: Evaluation, policy: GatePolicy) -> RuleResult:
+    """Every overall metric, and every metric of every judged slice, is a finite number."""
+    judged = [(s.label, m) for s in challenger.slices if (m := _eligible(s, policy)) is not None]
+    failures = [
+        f"{where}: {name} is {_num(value)}"
+        for where, metrics in [("overall", challenger.overall), *judged]
+        for name, value in _metric_values(metrics).items()
+        if not math.isfinite(value)
+    ]
+    if failures:
+        summary = f"{len(failures)} metrics not finite, first {failures[0]}"
+    else:
+        summary = f"all metrics finite, overall and in {len(judged)} judged slices"
+    return RuleResult("finite_metrics", not failures, summary, failures)
+
+
+def _within(
+    name: str, value: float, limit: float, kind: Literal["floor", "ceiling"]
+) -> tuple[bool, str]:
+    """(passed, e.g. "roc_auc 0.612 < floor 0.650"); NaN and infinities never pass."""
+    if kind == "floor":
+        ok, holds, breaks = value >= limit, "≥", "<"
+    else:
+        ok, holds, breaks = value <= limit, "≤", ">"
+    ok = ok and math.isfinite(value)
+    relation = holds if ok else breaks if math.isfinite(value) else f"not {holds}"
+    return ok, f"{name} {_num(value)} {relation} {kind} {limit:.3f}"
+
+
+def absolute_floor(challenger: Evaluation, policy: GatePolicy) -> RuleResult:
+    """Overall ROC AUC at least `min_roc_auc`, calibration error at most `max_calibration_error`."""
+    overall = challenger.overall
+    checks = [
+        _within("roc_auc", overall.roc_auc, policy.min_roc_auc, "floor"),
+        _within(
+            "calibration_error", overall.calibration_error, policy.max_calibration_error, "ceiling"
+        ),
+    ]
+    failures = [line for ok, line in checks if not ok]
+    summary = "; ".join(failures) if failures else "; ".join(line for _, line in checks)
+    return RuleResult("absolute_floor", not failures, summary, failures)
+
+
+def _no_worse(challenger: float, champion: float, higher_is_better: bool, tolerance: float) -> bool:
+    """False when either value is NaN."""
+    if higher_is_better:
+        return challenger >= champion - tolerance
+    return challenger <= champion + tolerance
+
+
+def _change(champion: float, challenger: float, higher_is_better: bool, tolerance: float) -> str:
+    """E.g. "0.701 → 0.655 (-0.046 > 0.030)"."""
+    if not (math.isfinite(challenger) and math.isfinite(champion)):
+        return f"{_num(champion)} → {_num(challenger)} (not comparable)"
+    worse = champion - challenger if higher_is_better else challenger - champion
+    sign = "-" if higher_is_better else "+"
+    return f"{_num(champion)} → {_num(challenger)} ({sign}{_num(worse)} > {tolerance:.3f})"
+
+
+def no_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: GatePolicy
+) -> RuleResult:
+    """Each compared overall metric no worse than the champion's beyond its tolerance.
+
+    A metric the champion has as NaN cannot be compared and fails the rule: skipping it would let
+    a challenger through unjudged on that metric. Evaluations of different test sets (row or
+    positive counts differ) cannot be compared either."""
+    if champion is None:
+        return RuleResult("no_regression", True, "no champion yet: only the absolute floor applies")
+    ours, theirs = challenger.overall, champion.overall
+    if ours.rows != theirs.rows or ours.positive_rate != theirs.positive_rate:
+        line = (
+            f"evaluated on different test sets: {ours.rows:,} rows at positive rate "
+            f"{_num(ours.positive_rate)} vs the champion's {theirs.rows:,} at "
+            f"{_num(theirs.positive_rate)}"
+        )
+        return RuleResult("no_regression", False, line, [line])
+    failures = []
+    for name in policy.compared_metrics:
+        mine, best = getattr(ours, name), getattr(theirs, name)
+        higher, tolerance = HIGHER_IS_BETTER[name], policy.tolerance(name)
+        if not math.isfinite(best):
+            failures.append(f"{name}: the champion's is {_num(best)}, cannot compare")
+        elif not _no_worse(mine, best, higher, tolerance):
+            failures.append(f"{name} {_change(best, mine, higher, tolerance)}")
+    if failures:
+        summary = f"worse than champion: {'; '.join(failures)}"
+    else:
+        summary = "no worse than champion within tolerance: " + ", ".join(
+            f"{name} {_num(getattr(theirs, name))} → {_num(getattr(ours, name))}"
+            for name in policy.compared_metrics
+        )
+    return RuleResult("no_regression", not failures, summary, failures)
+
+
+def no_slice_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: GatePolicy
+) -> RuleResult:
+    """In every slice value judged in both evaluations, the ROC AUC drops by at most
+    `max_slice_roc_auc_drop`; values judged in only one (or neither) are counted as skipped."""
+    if champion is None:
+        return RuleResult(
+            "no_slice_regression", True, "no champion yet: only the absolute floor applies"
+        )
+    theirs = {(s.slice, s.value): s for s in champion.slices}
+    failures, compared, skipped = [], 0, 0
+    tolerance = policy.max_slice_roc_auc_drop
+    for ours in challenger.slices:
+        mine = _eligible(ours, policy)
+        best = _eligible(theirs.get((ours.slice, ours.value)), policy)
+        if mine is None or best is None:
+            skipped += 1
+            continue
+        compared += 1
+        if not _no_worse(mine.roc_auc, best.roc_auc, True, tolerance):
+            failures.append(
+                f"{ours.label}: roc_auc {_change(best.roc_auc, mine.roc_auc, True, tolerance)}, "
+                f"{ours.rows:,} rows"
+            )
+    counts = f"{compared} slices compared, {skipped} skipped (too few rows or one class)"
+    if failures:
+        summary = f"{len(failures)} slices lost more than {tolerance:.3f} roc_auc: " + counts
+    else:
+        summary = f"no slice lost more than {tolerance:.3f} roc_auc; " + counts
+    return RuleResult("no_slice_regression", not failures, summary, failures)

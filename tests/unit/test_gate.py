@@ -1,0 +1,239 @@
+"""The promotion gate: each rule passes and fails, NaN never passes, the report survives JSON."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml.gate import RULES, GatePolicy, GateReport, decide
+from ml.metrics import BinaryMetrics, Evaluation, SliceMetrics, SliceSpec, evaluate
+
+pytestmark = pytest.mark.unit
+
+POLICY = GatePolicy()
+
+
+def metrics(**changes: float) -> BinaryMetrics:
+    good = BinaryMetrics(
+        rows=10_000,
+        positive_rate=0.2,
+        log_loss=0.42,
+        roc_auc=0.72,
+        average_precision=0.41,
+        brier=0.14,
+        calibration_error=0.02,
+        threshold=0.3,
+        accuracy=0.78,
+        f1=0.45,
+    )
+    return dataclasses.replace(good, **changes)
+
+
+def carrier(value: str, rows: int = 1_204, **changes: float) -> SliceMetrics:
+    return SliceMetrics("carrier", value, rows, rows // 5, metrics(rows=rows, **changes))
+
+
+def skipped(value: str, rows: int = 37) -> SliceMetrics:
+    return SliceMetrics("carrier", value, rows, 5, None, f"{rows} rows < 200")
+
+
+def evaluation(overall: BinaryMetrics | None = None, slices=()) -> Evaluation:
+    return Evaluation(overall or metrics(), list(slices), [])
+
+
+def test_a_good_challenger_without_a_champion_is_promoted_on_the_floor_alone():
+    report = decide(evaluation(slices=[carrier("EV")]), None, POLICY, subject="sha256:abc")
+    assert report.passed and report.decision == "promote" and report.reasons == []
+    assert [r.rule for r in report.rules] == list(RULES)
+    for rule in ("no_regression", "no_slice_regression"):
+        assert report.rule(rule).passed
+        assert report.rule(rule).summary == "no champion yet: only the absolute floor applies"
+    assert report.rule("absolute_floor").summary == (
+        "roc_auc 0.720 ≥ floor 0.650; calibration_error 0.020 ≤ ceiling 0.100"
+    )
+    assert report.subject == "sha256:abc" and report.champion is None
+
+
+def test_without_a_champion_a_challenger_under_the_floor_is_still_rejected():
+    report = decide(evaluation(metrics(roc_auc=0.612)), None, POLICY)
+    assert report.decision == "reject" and not report.passed
+    assert report.reasons == ["roc_auc 0.612 < floor 0.650"]
+
+
+def test_a_badly_calibrated_challenger_fails_the_ceiling():
+    report = decide(evaluation(metrics(calibration_error=0.15)), None, POLICY)
+    assert report.reasons == ["calibration_error 0.150 > ceiling 0.100"]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_overall_metric_rejects(bad):
+    report = decide(evaluation(metrics(roc_auc=bad)), None, POLICY)
+    assert report.decision == "reject"
+    shown = "NaN" if math.isnan(bad) else "inf"
+    finite = report.rule("finite_metrics")
+    assert not finite.passed and finite.failures == [f"overall: roc_auc is {shown}"]
+    floor = report.rule("absolute_floor")
+    assert not floor.passed and floor.summary == f"roc_auc {shown} not ≥ floor 0.650"
+
+
+def test_a_nan_metric_the_floor_does_not_look_at_still_rejects():
+    report = decide(evaluation(metrics(brier=math.nan)), None, POLICY)
+    assert report.rule("absolute_floor").passed
+    assert report.reasons == ["1 metrics not finite, first overall: brier is NaN"]
+
+
+def test_a_nan_in_a_judged_slice_fails_but_one_in_a_too_small_slice_is_not_judged():
+    nan_slice = carrier("EV", calibration_error=math.nan)
+    report = decide(evaluation(slices=[nan_slice]), None, POLICY)
+    assert report.rule("finite_metrics").failures == ["carrier=EV: calibration_error is NaN"]
+    small = carrier("OO", rows=150, calibration_error=math.nan)
+    assert decide(evaluation(slices=[small]), None, POLICY).passed
+
+
+def test_a_nan_challenger_roc_auc_never_passes_against_a_real_champion():
+    report = decide(evaluation(metrics(roc_auc=math.nan)), evaluation(), POLICY)
+    regression = report.rule("no_regression")
+    assert not regression.passed
+    assert regression.failures == ["roc_auc 0.720 → NaN (not comparable)"]
+    assert report.decision == "reject"
+
+
+def test_a_nan_champion_metric_cannot_be_compared_and_fails():
+    report = decide(evaluation(), evaluation(metrics(average_precision=math.nan)), POLICY)
+    regression = report.rule("no_regression")
+    assert not regression.passed
+    assert regression.failures == ["average_precision: the champion's is NaN, cannot compare"]
+
+
+def test_small_changes_within_tolerance_pass_the_regression_rule():
+    champion = evaluation(metrics(roc_auc=0.724, log_loss=0.418, brier=0.1415))
+    report = decide(evaluation(), champion, POLICY, champion_version="3")
+    assert report.passed and report.champion_version == "3"
+    assert report.rule("no_regression").summary.startswith("no worse than champion")
+
+
+def test_regressions_beyond_tolerance_fail_in_each_direction():
+    champion = evaluation(metrics(roc_auc=0.73, log_loss=0.40))
+    regression = decide(evaluation(), champion, POLICY).rule("no_regression")
+    assert not regression.passed
+    assert regression.failures == [
+        "roc_auc 0.730 → 0.720 (-0.010 > 0.005)",
+        "log_loss 0.400 → 0.420 (+0.020 > 0.005)",
+    ]
+    # Better in both directions is never a regression.
+    better = evaluation(metrics(roc_auc=0.75, log_loss=0.38, brier=0.12, average_precision=0.5))
+    assert decide(better, evaluation(), POLICY).passed
+
+
+def test_only_the_compared_metrics_count():
+    champion = evaluation(metrics(log_loss=0.30))
+    policy = GatePolicy(compared_metrics=("roc_auc",))
+    assert decide(evaluation(), champion, policy).rule("no_regression").passed
+    assert not decide(evaluation(), champion, POLICY).rule("no_regression").passed
+
+
+def test_evaluations_of_different_test_sets_cannot_be_compared():
+    report = decide(evaluation(), evaluation(metrics(rows=9_000)), POLICY)
+    assert not report.passed
+    assert report.rule("no_regression").summary.startswith("evaluated on different test sets")
+
+
+def test_a_slice_regression_fails_naming_the_slice_while_the_overall_passes():
+    champion = evaluation(slices=[carrier("EV", roc_auc=0.701), carrier("UA", roc_auc=0.70)])
+    challenger = evaluation(slices=[carrier("EV", roc_auc=0.655), carrier("UA", roc_auc=0.69)])
+    report = decide(challenger, champion, POLICY)
+    assert report.rule("no_regression").passed and report.rule("absolute_floor").passed
+    slices = report.rule("no_slice_regression")
+    assert not slices.passed and report.decision == "reject"
+    assert slices.failures == ["carrier=EV: roc_auc 0.701 → 0.655 (-0.046 > 0.030), 1,204 rows"]
+    assert slices.summary == (
+        "1 slices lost more than 0.030 roc_auc: 2 slices compared, 0 skipped "
+        "(too few rows or one class)"
+    )
+
+
+def test_small_slices_are_skipped_not_failed():
+    champion = evaluation(
+        slices=[carrier("EV"), carrier("OO", rows=150, roc_auc=0.9), skipped("HA"), carrier("9E")]
+    )
+    challenger = evaluation(
+        slices=[
+            carrier("EV"),
+            carrier("OO", rows=150, roc_auc=0.5),  # evaluated, but under the policy's 200 rows
+            carrier("HA", roc_auc=0.5),  # skipped in the champion's evaluation
+            skipped("9E"),  # skipped in the challenger's
+            carrier("YV", roc_auc=0.5),  # absent from the champion's
+        ]
+    )
+    report = decide(challenger, champion, POLICY)
+    assert report.passed
+    assert report.rule("no_slice_regression").summary == (
+        "no slice lost more than 0.030 roc_auc; 1 slices compared, 4 skipped "
+        "(too few rows or one class)"
+    )
+
+
+def test_the_report_survives_json_with_nan_and_its_decision():
+    champion = evaluation(metrics(average_precision=math.nan), slices=[carrier("EV")])
+    challenger = evaluation(metrics(roc_auc=math.nan), slices=[carrier("EV"), skipped("OO")])
+    report = decide(challenger, champion, POLICY, champion_version="7", subject="sha256:f00")
+    text = report.to_json()
+    json.loads(text, parse_constant=pytest.fail)  # no NaN literal: it is null in the JSON
+    back = GateReport.from_json(text)
+    assert back.to_json() == text
+    assert back.decision == "reject" and not back.passed
+    assert back.reasons == report.reasons and back.rules == report.rules
+    assert back.policy == report.policy and back.created_at == report.created_at
+    assert math.isnan(back.challenger.overall.roc_auc)
+    assert back.champion is not None and math.isnan(back.champion.overall.average_precision)
+    assert back.challenger.slices[1] == skipped("OO")
+    assert (back.champion_version, back.subject) == ("7", "sha256:f00")
+    with pytest.raises(ValueError, match="contradicts"):
+        GateReport.from_json(text.replace('"decision": "reject"', '"decision": "promote"'))
+
+
+def test_the_gate_judges_real_evaluations_end_to_end():
+    rng = np.random.default_rng(0)
+    probabilities = rng.beta(2, 5, 3000)
+    labels = (rng.random(3000) < probabilities).astype("float64")
+    frame = pd.DataFrame({"carrier": rng.choice(["UA", "EV", "OO"], 3000, p=[0.5, 0.47, 0.03])})
+    spec = [SliceSpec("carrier", "carrier")]
+    good = evaluate(labels, probabilities, frame, spec, 0.3, POLICY.min_slice_rows)
+    noisy = np.clip(probabilities + rng.normal(0, 0.15, 3000), 0, 1)
+    worse = evaluate(labels, noisy, frame, spec, 0.3, POLICY.min_slice_rows)
+    assert good.slice("carrier", "OO").metrics is None  # ~90 rows
+    assert decide(good, good, POLICY).passed
+    assert decide(good, worse, POLICY).passed
+    rejected = decide(worse, good, POLICY)
+    assert not rejected.rule("no_regression").passed
+    assert not rejected.rule("no_slice_regression").passed
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"min_roc_auc": 1.5}, "min_roc_auc"),
+        ({"min_roc_auc": math.nan}, "min_roc_auc"),
+        ({"max_calibration_error": -0.1}, "max_calibration_error"),
+        ({"max_roc_auc_drop": -0.01}, "max_roc_auc_drop"),
+        ({"max_brier_rise": math.inf}, "max_brier_rise"),
+        ({"max_slice_roc_auc_drop": math.nan}, "max_slice_roc_auc_drop"),
+        ({"min_slice_rows": 0}, "min_slice_rows"),
+        ({"compared_metrics": ("accuracy",)}, "compared_metrics"),
+        ({"compared_metrics": ()}, "compared_metrics"),
+        ({"compared_metrics": ("brier", "brier")}, "compared_metrics"),
+    ],
+)
+def test_a_bad_policy_is_refused_naming_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        GatePolicy(**changes)
+
+
+def test_each_compared_metric_has_its_tolerance_and_the_policy_round_trips():
+    policy = GatePolicy(compared_metrics=["roc_auc", "log_loss"], max_log_loss_rise=0.01)  # type: ignore[arg-type]
+    assert policy.compared_metrics == ("roc_auc", "log_loss")
+    assert policy.tolerance("roc_auc") == 0.005 and policy.tolerance("log_loss") == 0.01
+    assert GatePolicy.from_dict(policy.to_dict()) == policy
