@@ -22,7 +22,10 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 VALIDATION_SIZES = (336_776, 1_000_000)
 TRAINING_ROWS = 60_000
 """Synthetic training set: 42k train rows, 2.5 times the real one's, shaped like it."""
-IDS = ("P1", "P3", "P4", "P5", "P6", "P7", "P8")
+IDS = ("P1", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11")
+SERVING_ROWS = (100_000, 1_000_000)
+"""Feature files for P10 and P11: P11 compares peak memory at 10x rows against 1x."""
+SERVING_BATCHES = (1, 64, 4096, 65536)
 
 
 def p1_load_time() -> Ratio:
@@ -178,6 +181,65 @@ def p8_checkpoints(data: Path) -> list[Ratio]:
     return ratios
 
 
+def serving(folder: Path, command: str, *args: object, repeats: int = REPEATS) -> list[dict]:
+    argv = ["-m", "benchmarks.serving_speed", command, "--folder", str(folder)]
+    wait_for_quiet()
+    return measure([*argv, *map(str, args)], repeats=repeats)
+
+
+def p9_onnxruntime(folder: Path) -> list[Ratio]:
+    """Medians of ratios measured inside each process (the two sides take turns)."""
+    ratios = []
+    for threads, served, repeats in ((1, False, REPEATS), (2, False, REPEATS), (1, True, 3)):
+        for batch in SERVING_BATCHES:
+            command = "served" if served else "network"
+            args = ("--threads", threads, "--batch", batch, "--blocks", 6)
+            runs = serving(folder, command, *args, repeats=repeats)
+            what = "served graph ÷ torch + Preprocessor" if served else "network"
+            note = "" if threads == 1 and not served else " (info)"
+            ratios.append(
+                throughput(
+                    "P9",
+                    f"ORT ÷ torch eager rows/s, {what}, {threads}t, batch {batch}{note}",
+                    median(runs, "onnxruntime_rows_per_s"),
+                    median(runs, "torch_rows_per_s"),
+                    median(runs, "ratio"),
+                    ">= 1.2",
+                )
+            )
+    return ratios
+
+
+def p10_endtoend(folder: Path) -> Ratio:
+    rows = SERVING_ROWS[-1]
+    runs = serving(folder, "endtoend", "--rows", rows, "--blocks", 4)
+    return throughput(
+        "P10",
+        f"Parquet → score_to_parquet ÷ session.run alone ({rows:,} rows)",
+        median(runs, "endtoend_rows_per_s"),
+        median(runs, "run_rows_per_s"),
+        median(runs, "ratio"),
+        ">= 0.8",
+    )
+
+
+def p11_memory(folder: Path) -> Ratio:
+    small, large = SERVING_ROWS
+    peaks = {
+        rows: median(serving(folder, "rss", "--rows", rows), "peak_rss_mib")
+        for rows in (small, large)
+    }
+    ratio = Ratio.judged(
+        "P11",
+        f"peak RSS of batch inference, {large:,} ÷ {small:,} rows",
+        peaks[large],
+        peaks[small],
+        peaks[large] / peaks[small],
+        "<= 1.3",
+    )
+    return replace(ratio, unit="MiB")
+
+
 def main(ids: list[str]) -> None:
     unknown = sorted(set(ids) - set(IDS))
     if unknown:
@@ -217,6 +279,22 @@ def main(ids: list[str]) -> None:
                 ratios += p7_layouts(data)
             if "P8" in wanted:
                 ratios += p8_checkpoints(data)
+    if wanted & {"P9", "P10", "P11"}:
+        with tempfile.TemporaryDirectory(prefix="bench-serving-") as folder:
+            subprocess.run(
+                [
+                    *(sys.executable, "-m", "benchmarks.serving_speed", "prepare", folder),
+                    *("--rows", *map(str, SERVING_ROWS)),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            if "P9" in wanted:
+                ratios += p9_onnxruntime(Path(folder))
+            if "P10" in wanted:
+                ratios.append(p10_endtoend(Path(folder)))
+            if "P11" in wanted:
+                ratios.append(p11_memory(Path(folder)))
     print("id   ratio" + " " * 56 + "value   target          (numerator / denominator)")
     for ratio in ratios:
         print(ratio.row())
@@ -231,7 +309,10 @@ def main(ids: list[str]) -> None:
                 "machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                 "versions": {
                     p: version(p)
-                    for p in ("dagster", "great-expectations", "pandas", "feast", "duckdb", "torch")
+                    for p in (
+                        *("dagster", "great-expectations", "pandas", "feast", "duckdb", "torch"),
+                        *("onnx", "onnxruntime", "onnxscript", "pyarrow"),
+                    )
                 },
                 "ratios": sorted(kept + as_json(ratios), key=lambda r: IDS.index(r["id"])),
             },

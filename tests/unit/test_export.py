@@ -1,0 +1,173 @@
+"""ml.export: the served graph scores like the torch model it came from, and carries its
+metadata."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+import torch
+from onnx import numpy_helper
+
+from benchmarks.training_speed import synthetic_training_set
+from ml import export
+from ml.config import ModelConfig
+from ml.data import Preprocessor
+from ml.model import DelayClassifier
+from ml.predict import Scorer
+from ml.train import probabilities
+
+pytestmark = pytest.mark.unit
+
+PROPERTIES = {
+    "model_version": "7",
+    "run_manifest_sha256": "ab" * 32,
+    "feature_service": "flight_delay_v1",
+    "label": "arrival_delayed",
+    "threshold": "0.5",
+    "weights_sha256": "cd" * 32,
+}
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return synthetic_training_set(3_000, seed=3)
+
+
+@pytest.fixture(scope="module")
+def fitted(frame: pd.DataFrame) -> tuple[DelayClassifier, Preprocessor]:
+    preprocessor = Preprocessor.fit(frame[frame["split"] == "train"])
+    torch.manual_seed(0)
+    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    return model.eval(), preprocessor
+
+
+@pytest.fixture(scope="module")
+def exported(fitted, tmp_path_factory: pytest.TempPathFactory) -> export.ExportedModel:
+    model, preprocessor = fitted
+    return export.export(
+        model, preprocessor, tmp_path_factory.mktemp("export") / "model.onnx", PROPERTIES
+    )
+
+
+def validation(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["split"] == "validation"]
+
+
+def test_parity_passes_on_the_split_whole_and_in_small_batches(exported, fitted, frame):
+    model, preprocessor = fitted
+    rows = validation(frame)
+    report = export.parity(exported.path, model, preprocessor, rows, batch_sizes=(1, 7, 1024))
+    assert report.passed, report.as_dict()
+    assert report.rows == len(rows)
+    assert report.mismatched_rows == 0
+    assert report.max_abs_error < 1e-5
+    assert report.as_dict()["batch_sizes"] == [1, 7, 1024]
+
+
+def tampered(src: Path, dst: Path, name: str, change) -> Path:
+    proto = onnx.load_model(str(src))
+    (tensor,) = [t for t in proto.graph.initializer if t.name == name]
+    tensor.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(tensor).copy()), name))
+    onnx.save_model(proto, str(dst))
+    return dst
+
+
+def test_a_tampered_weight_fails_parity_with_its_error(exported, fitted, frame, tmp_path):
+    model, preprocessor = fitted
+    path = tampered(exported.path, tmp_path / "m.onnx", "mlp.6.bias", lambda b: b + 0.5)
+    report = export.parity(path, model, preprocessor, validation(frame), batch_sizes=(1024,))
+    assert not report.passed
+    assert report.mismatched_rows == report.rows
+    assert 0.01 < report.max_abs_error < 0.2  # sigmoid(x + 0.5) - sigmoid(x)
+
+
+def test_nan_scores_never_pass_parity(exported, fitted, frame, tmp_path):
+    model, preprocessor = fitted
+    path = tampered(exported.path, tmp_path / "m.onnx", "mean", lambda m: m * np.nan)
+    report = export.parity(path, model, preprocessor, validation(frame), batch_sizes=())
+    assert not report.passed
+    assert report.mismatched_rows == report.rows
+    assert report.max_abs_error == float("inf")
+
+
+def test_missing_numbers_and_unknown_or_missing_categories_match_torch(exported, fitted, frame):
+    model, preprocessor = fitted
+    rows = validation(frame).head(40).copy()
+    rows.loc[rows.index[:10], preprocessor.numeric] = np.nan
+    rows.loc[rows.index[10:20], preprocessor.categorical] = None
+    rows.loc[rows.index[20:30], preprocessor.categorical] = "never seen"
+    rows.loc[rows.index[30:], preprocessor.categorical] = ""
+    onnx_scores = Scorer.load(exported.path).predict(rows)
+    torch_scores = probabilities(model, preprocessor, rows)
+    np.testing.assert_allclose(onnx_scores, torch_scores, rtol=1e-5, atol=1e-7)
+    # The rows' categories all map to 0 (unknown), so the rows differ only in their numbers.
+    assert len(np.unique(onnx_scores[10:])) > 1
+
+
+def test_metadata_carries_the_feature_order_and_the_callers_properties(exported, fitted):
+    _, preprocessor = fitted
+    properties = export.read_properties(exported.path)
+    assert {k: properties[k] for k in PROPERTIES} == PROPERTIES
+    assert json.loads(properties["numeric_features"]) == preprocessor.numeric
+    assert json.loads(properties["categorical_features"]) == preprocessor.categorical
+    assert exported.properties == properties
+    assert exported.sha256 == hashlib.sha256(exported.path.read_bytes()).hexdigest()
+    assert onnx.load_model(str(exported.path)).producer_name == export.PRODUCER
+
+
+def test_the_batch_axis_is_dynamic(exported, fitted):
+    model, preprocessor = fitted
+    rows = synthetic_training_set(5_000, seed=4)
+    scorer = Scorer.load(exported.path)
+    assert scorer.predict(rows.head(1)).shape == (1,)
+    scores = scorer.predict(rows)
+    assert scores.shape == (5_000,)
+    assert scores.dtype == np.float32
+    np.testing.assert_allclose(scores, probabilities(model, preprocessor, rows), atol=1e-6)
+
+
+def test_stamp_changes_the_properties_and_keeps_the_graph(exported, tmp_path):
+    before = exported.path.read_bytes()
+    stamped = export.stamp(
+        exported.path, tmp_path / "stamped.onnx", {"model_version": "8", "stage": "blessed"}
+    )
+    assert stamped.properties["model_version"] == "8"
+    assert stamped.properties["stage"] == "blessed"
+    assert stamped.properties["feature_service"] == PROPERTIES["feature_service"]
+    assert export.read_properties(stamped.path) == stamped.properties
+    original, copy = onnx.load_model(str(exported.path)), onnx.load_model(str(stamped.path))
+    assert copy.graph.SerializeToString() == original.graph.SerializeToString()
+    assert exported.path.read_bytes() == before
+    assert stamped.sha256 != exported.sha256
+
+
+def test_a_vocabulary_holding_the_missing_marker_is_refused(fitted):
+    model, preprocessor = fitted
+    vocabularies = [["", *preprocessor.vocabularies[0]], *preprocessor.vocabularies[1:]]
+    bad = Preprocessor(
+        preprocessor.numeric,
+        preprocessor.mean,
+        preprocessor.std,
+        preprocessor.categorical,
+        vocabularies,
+    )
+    with pytest.raises(ValueError, match=preprocessor.categorical[0]):
+        export.served_onnx(model, bad)
+
+
+def test_the_quantized_model_runs_and_keeps_the_metadata(exported, fitted, frame, tmp_path):
+    model, preprocessor = fitted
+    quantized = export.quantize(exported.path, tmp_path / "int8.onnx")
+    assert quantized.properties["quantization"] == "dynamic int8 weights"
+    assert {k: quantized.properties[k] for k in exported.properties} == exported.properties
+    ops = {node.op_type for node in onnx.load_model(str(quantized.path)).graph.node}
+    assert "MatMulInteger" in ops
+    rows = validation(frame)
+    scores = Scorer.load(quantized.path).predict(rows)
+    reference = probabilities(model, preprocessor, rows)
+    assert scores.shape == (len(rows),)
+    assert np.abs(scores - reference).max() < 0.05  # close, not equal: int8 weights
