@@ -223,21 +223,27 @@ def p10_endtoend(folder: Path) -> Ratio:
     )
 
 
-def p11_memory(folder: Path) -> Ratio:
+def p11_memory(folder: Path) -> list[Ratio]:
+    """At 16,384 rows a batch, 1x rows is 7 batches: enough to fill the pipeline (reading,
+    scoring, writing overlap, so three batches are in memory). At 65,536, 1x is under two
+    batches and never does: that ratio is for information."""
     small, large = SERVING_ROWS
-    peaks = {
-        rows: median(serving(folder, "rss", "--rows", rows), "peak_rss_mib")
-        for rows in (small, large)
-    }
-    ratio = Ratio.judged(
-        "P11",
-        f"peak RSS of batch inference, {large:,} ÷ {small:,} rows",
-        peaks[large],
-        peaks[small],
-        peaks[large] / peaks[small],
-        "<= 1.3",
-    )
-    return replace(ratio, unit="MiB")
+    ratios = []
+    for batch, note in ((16_384, ""), (65_536, " (info)")):
+        peaks = {
+            rows: median(serving(folder, "rss", "--rows", rows, "--batch", batch), "peak_rss_mib")
+            for rows in (small, large)
+        }
+        ratio = Ratio.judged(
+            "P11",
+            f"peak RSS, batch inference {large:,} ÷ {small:,} rows, batch {batch:,}{note}",
+            peaks[large],
+            peaks[small],
+            peaks[large] / peaks[small],
+            "<= 1.3",
+        )
+        ratios.append(replace(ratio, unit="MiB"))
+    return ratios
 
 
 def main(ids: list[str]) -> None:
@@ -294,7 +300,7 @@ def main(ids: list[str]) -> None:
             if "P10" in wanted:
                 ratios.append(p10_endtoend(Path(folder)))
             if "P11" in wanted:
-                ratios.append(p11_memory(Path(folder)))
+                ratios += p11_memory(Path(folder))
     print("id   ratio" + " " * 56 + "value   target          (numerator / denominator)")
     for ratio in ratios:
         print(ratio.row())

@@ -339,14 +339,6 @@ def parity(
     return report
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _sample_frame(preprocessor: Preprocessor) -> pd.DataFrame:
     columns: dict[str, Any] = {c: np.zeros(_SAMPLE_ROWS) for c in preprocessor.numeric}
     columns |= {c: [MISSING_CATEGORY] * _SAMPLE_ROWS for c in preprocessor.categorical}

@@ -237,10 +237,12 @@ def score_to_parquet(
     they came, `probability` (float32), `predicted` (probability >= threshold), then a column
     per constant.
 
-    One batch is in memory at a time. The file appears whole or not at all: batches go to a
-    temp file beside `path`, which replaces `path` once complete; on any error the temp file is
-    removed and a file already at `path` stays as it was. Batches with zero rows in total still
-    write a valid file with the schema; no batch at all is a ValueError (there is no schema)."""
+    Memory is bounded by the batch size, not the rows: at most three batches are held, one
+    being read, one scored and one written (the stages overlap). The file appears whole or not
+    at all: batches go to a temp file beside `path`, which replaces `path` once complete; on any
+    error the temp file is removed and a file already at `path` stays as it was. Batches with
+    zero rows in total still write a valid file with the schema; no batch at all is a
+    ValueError (there is no schema)."""
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold {threshold} is not in [0, 1]")
     clash = sorted(set(keep) & ({PROBABILITY, PREDICTED} | set(constants)))
