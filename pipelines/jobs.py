@@ -2,6 +2,8 @@
 
 import dagster as dg
 
+from assets.deployment import rollback_champion
+
 DIMENSIONS = dg.AssetSelection.assets("planes", "airlines", "airports")
 
 dimensions_job = dg.define_asset_job(
@@ -46,6 +48,27 @@ training_set_job = dg.define_asset_job(
 
 training_job = dg.define_asset_job(
     "train_model",
-    selection=dg.AssetSelection.assets("trained_model"),
-    description="Train the delay classifier on the latest training set (torchrun, via Pipes).",
+    selection=dg.AssetSelection.assets(
+        "trained_model", "model_evaluation", "onnx_model", "registered_model"
+    ),
+    description=(
+        "Train on the latest training set (torchrun, via Pipes), evaluate against the champion,"
+        " export to ONNX and, if every gate passes, register the model and make it champion."
+    ),
 )
+
+scoring_job = dg.define_asset_job(
+    "score_flights",
+    selection=dg.AssetSelection.assets("batch_predictions"),
+    description="Score one day's flights with the champion (onnxruntime), replacing that day.",
+)
+
+
+@dg.job(
+    description=(
+        "Move the champion alias back to a named registered version (Launchpad: ops →"
+        " rollback_champion → config: version, reason). Batch scoring uses it from the next run."
+    )
+)
+def rollback_champion_job():
+    rollback_champion()

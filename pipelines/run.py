@@ -3,8 +3,10 @@ the results are.
 
 First the dimension tables and the Feast registry; then each day is one Dagster run of
 `daily_partition` (ingest, validate, feature tables, online store); then a training set over the
-days that have a full feature history; then `trained_model`, two torchrun workers launched
-through Dagster Pipes. Every run is recorded in the local instance exactly as a
+days that have a full feature history; then `train_model`: `trained_model` (two torchrun workers
+launched through Dagster Pipes), its evaluation against the champion and the gate, the ONNX export
+with its parity check, and registration as champion if every gate passed; then the champion
+scores the test days (`batch_predictions`). Every run is recorded in the local instance exactly as a
 run launched from the UI would be, so `make dev` afterwards shows every run, materialization and
 check result. Runs execute in this process: one process keeps GX, Feast and the bundled data
 loaded instead of paying their start-up once per step.
@@ -84,12 +86,20 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
 
 @dataclass
 class AssetRun:
-    """What a run of one unpartitioned asset produced, for the summary."""
+    """What a run of unpartitioned assets produced, for the summary."""
 
     success: bool
     window: str
-    metadata: dict[str, object] = field(default_factory=dict)
+    assets: dict[str, dict[str, object]] = field(default_factory=dict)
+    """Metadata of each materialized asset, by name."""
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    """(check, passed, description) of every asset check that ran."""
     problem: str = ""
+
+    @property
+    def metadata(self) -> dict[str, object]:
+        """The metadata of the run's last materialization."""
+        return list(self.assets.values())[-1] if self.assets else {}
 
 
 def training_config(start: dt.date, last: dt.date) -> dict[str, str]:
@@ -114,15 +124,49 @@ def run_asset(
     outcome = AssetRun(result.success, window)
     for event in result.all_events:
         if event.is_step_materialization:
-            metadata = event.step_materialization_data.materialization.metadata
-            outcome.metadata = {key: getattr(v, "value", v) for key, v in metadata.items()}
+            materialization = event.step_materialization_data.materialization
+            outcome.assets[materialization.asset_key.to_user_string()] = {
+                key: getattr(v, "value", v) for key, v in materialization.metadata.items()
+            }
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = event.asset_check_evaluation_data
+            outcome.checks.append(
+                (evaluation.check_name, evaluation.passed, evaluation.description or "")
+            )
         elif event.is_step_failure and event.step_failure_data.error:
             outcome.problem = event.step_failure_data.error.message.strip()
     return outcome
 
 
+def score_days(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, partitions: list[str]
+) -> dict[str, AssetRun]:
+    """One `score_flights` run per day."""
+    scored = {}
+    for partition in partitions:
+        result = job.execute_in_process(
+            partition_key=partition, instance=instance, raise_on_error=False, run_config=QUIET
+        )
+        outcome = AssetRun(result.success, partition)
+        for event in result.all_events:
+            if event.is_step_materialization:
+                metadata = event.step_materialization_data.materialization.metadata
+                outcome.assets["batch_predictions"] = {
+                    key: getattr(v, "value", v) for key, v in metadata.items()
+                }
+            elif event.is_step_failure and event.step_failure_data.error:
+                outcome.problem = event.step_failure_data.error.message.strip()
+        scored[partition] = outcome
+    return scored
+
+
 def print_summary(
-    outcomes: list[DayOutcome], training: AssetRun, model: AssetRun, home: Path, seconds: float
+    outcomes: list[DayOutcome],
+    training: AssetRun,
+    model: AssetRun,
+    scored: dict[str, AssetRun],
+    home: Path,
+    seconds: float,
 ) -> None:
     published = [o for o in outcomes if o.success]
 
@@ -164,37 +208,67 @@ def print_summary(
         )
     else:
         print(f"  training set {training.window}: FAILED: {training.problem}")
-    if model.success:
-        meta = model.metadata
-        weights = Path(str(meta.get("weights")))
+    trained = model.assets.get("trained_model")
+    if trained:
+        weights = Path(str(trained.get("weights")))
         print(
-            f"  model: {meta.get('world_size')} process(es), {meta.get('precision')},"
-            f" best epoch {meta.get('best_epoch')} of {meta.get('epochs')},"
-            f" {_number(meta.get('samples_per_s'), '.0f')} samples/s"
+            f"  model: {trained.get('world_size')} process(es), {trained.get('precision')},"
+            f" best epoch {trained.get('best_epoch')} of {trained.get('epochs')},"
+            f" {_number(trained.get('samples_per_s'), '.0f')} samples/s"
         )
-        print(
-            "    validation: "
-            + ", ".join(
-                f"{name} {_number(meta.get(f'validation_{name}'), '.4f')}"
-                for name in ("roc_auc", "average_precision", "log_loss", "brier", "accuracy")
-            )
-        )
-        print(f"    layout:   {meta.get('layout')}")
+        print(f"    layout:   {trained.get('layout')}")
         print(f"    weights:  {weights}")
         print(f"    manifest: {weights.parent / 'manifest.json'}")
-        print(f"    MLflow:   {meta.get('mlflow_run')} (after `make mlflow`)")
-    elif training.success:
-        print(f"  model: FAILED: {model.problem}")
+        print(f"    MLflow:   {trained.get('mlflow_run')} (after `make mlflow`)")
+    evaluation = model.assets.get("model_evaluation")
+    if evaluation:
+        print(
+            f"  evaluation on {evaluation.get('test_rows')} test rows"
+            f" (threshold {_number(evaluation.get('threshold'), '.3f')}),"
+            f" against champion: {evaluation.get('champion')}"
+        )
+        print("    " + str(evaluation.get("comparison", "")).replace("\n", "\n    "))
+        print(f"  gate: {str(evaluation.get('decision')).upper()}: {evaluation.get('reasons')}")
+        for name, passed, description in model.checks:
+            print(f"    [{'pass' if passed else 'FAIL'}] {name}: {description}")
+    exported = model.assets.get("onnx_model")
+    if exported:
+        print(f"  ONNX:     {exported.get('path')} (sha256 {str(exported.get('sha256'))[:12]})")
+    registered = model.assets.get("registered_model")
+    if registered:
+        print(
+            f"  registered: {registered.get('model')}, now champion"
+            f" (before: {registered.get('champion_before')})"
+        )
+        print(f"    MLflow:   {registered.get('mlflow_model_version')}")
+    elif evaluation:
+        print("  registered: nothing; the champion is unchanged")
+    if not model.success and model.problem:
+        print(f"  training/deployment stopped: {model.problem}")
+    for day, outcome in scored.items():
+        meta = outcome.assets.get("batch_predictions", {})
+        if outcome.success:
+            print(
+                f"  predictions {day}: {meta.get('dagster/row_count')} flights"
+                f" by {meta.get('model')},"
+                f" {meta.get('predicted_delayed')} predicted delayed,"
+                f" {meta.get('rows_with_missing_features')} with missing features"
+                f" → {meta.get('path')}"
+            )
+        else:
+            print(f"  predictions {day}: FAILED: {outcome.problem}")
     print()
     print(f"Results (all under {home}):")
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
     print(f"  training set:                                 {home / 'lake' / 'training_set'}")
-    print(f"  models (weights, manifest, checkpoints):      {home / 'models'}")
+    print(f"  models (weights, manifest, ONNX, gate report): {home / 'models'}")
+    print(f"  predictions (Parquet, one file per day):      {home / 'lake' / 'batch_predictions'}")
     print(f"  MLflow runs (SQLite) and artifacts:           {home / 'mlflow'}")
     print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
     print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
     print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
-    print("Open the UI with `make dev`, then http://127.0.0.1:3000 (Assets, Runs, Checks).")
+    print("Open the UI with `make dev`, then http://127.0.0.1:3000 (Assets, Runs, Checks);")
+    print("MLflow with `make mlflow`, then http://127.0.0.1:5000 (runs, Models → flight_delay).")
 
 
 def _number(value: object, spec: str) -> str:
@@ -214,7 +288,15 @@ def main(argv: list[str] | None = None) -> int:
         " are processed too, for the trailing-delay history",
     )
     parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=2,
+        help="torchrun workers (DDP over gloo); 0 lets the launcher measure the fastest layout",
+    )
     args = parser.parse_args(argv)
+    if args.processes:  # read when the definitions are built, below
+        os.environ["ML_LIFECYCLE_TRAIN_PROCESSES"] = str(args.processes)
 
     # Feast installs a DeprecationWarning filter of its own when imported, ahead of any set
     # before; importing it first lets the filter below hold. The warning is pydantic 2's about
@@ -270,10 +352,15 @@ def main(argv: list[str] | None = None) -> int:
             f"[{window['start']}, {window['end']})",
         )
         model = AssetRun(False, "")
+        scored: dict[str, AssetRun] = {}
         if training.success:
             model = run_asset(defs.resolve_job_def("train_model"), instance, {})
-    print_summary(outcomes, training, model, home, time.perf_counter() - began)
-    return 0 if training.success and model.success else 1
+            # The test days: the champion (new, or kept when the gate refused) scores them.
+            test_days = [p for p in partitions if p >= window["test_start"]]
+            scored = score_days(defs.resolve_job_def("score_flights"), instance, test_days)
+    print_summary(outcomes, training, model, scored, home, time.perf_counter() - began)
+    scoring_ok = bool(scored) and all(s.success for s in scored.values())
+    return 0 if training.success and model.success and scoring_ok else 1
 
 
 if __name__ == "__main__":

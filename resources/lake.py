@@ -7,14 +7,14 @@ hash is reported to Dagster as the asset's data version: re-materializing identi
 the version, so nothing downstream turns stale for no reason.
 """
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
+
+from ml.files import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,17 +51,8 @@ def write_parquet_atomically(frame: "pd.DataFrame", path: Path) -> str:
     table = table.replace_schema_metadata(
         {**(table.schema.metadata or {}), HASH_METADATA_KEY: digest.encode()}
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as sink:
-            pq.write_table(table, sink)
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as sink:
+        pq.write_table(table, sink)
     return digest
 
 
@@ -157,3 +148,58 @@ class LakePaths(ParquetLake):
                 f"{context.asset_key.to_user_string()} has not been materialized ({path})"
             )
         return path
+
+
+class JsonDocuments(dg.ConfigurableIOManager):
+    """Small JSON documents that tell downstream steps what an asset made and where: a training
+    run's folder, a gate report, an exported model's file and hash. Stored at
+    `<root>/<asset key path>/<partition or "data">.json`, written atomically; loaded as dicts
+    (the consuming step builds its typed object from it). The artifacts themselves stay where
+    they were written; the document is the lineage link to them."""
+
+    root: str = Field(description="Folder of the documents; nothing is written outside it.")
+
+    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> Path:
+        lake = ParquetLake(root=self.root)
+        return lake.path_for(asset_key, partition_key).with_suffix(".json")
+
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
+        import dataclasses
+        import json
+
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            obj = dataclasses.asdict(obj)
+        if not isinstance(obj, dict):
+            raise TypeError(f"{context.asset_key.to_user_string()}: expected a dict or dataclass")
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        path = self.path_for(context.asset_key, partition)
+        write_text_atomically(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False), path)
+        context.add_output_metadata({"document": dg.MetadataValue.path(str(path))})
+
+    def load_input(self, context: dg.InputContext) -> dict:
+        import json
+
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        path = self.path_for(context.asset_key, partition)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{context.asset_key.to_user_string()} has not been materialized ({path})"
+            )
+        return json.loads(path.read_text())
+
+
+def write_text_atomically(text: str, path: Path) -> None:
+    """Write `text` to `path` via temp file + fsync + rename."""
+    with atomic_write(path, "w") as sink:
+        sink.write(text)
+
+
+class LakeFiles(dg.ConfigurableResource):
+    """The lake's paths, for a step that writes its table itself because it streams it in
+    chunks (batch predictions) instead of handing one DataFrame to the IO manager. Same paths,
+    same refusal of names that would leave the lake; the step writes atomically."""
+
+    root: str = Field(description="Folder of the lake.")
+
+    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> Path:
+        return ParquetLake(root=self.root).path_for(asset_key, partition_key)

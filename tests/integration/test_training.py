@@ -173,7 +173,7 @@ def materialize_trained_model(data: Path, home: Path, train: dict, **launcher):
 
     from assets.features import training_set as training_set_asset
     from assets.training import trained_model
-    from resources.lake import LakePaths, ParquetLake
+    from resources.lake import JsonDocuments, LakePaths, ParquetLake
     from resources.launchers import LocalTorchrun
     from resources.registry import local_registry
 
@@ -185,6 +185,7 @@ def materialize_trained_model(data: Path, home: Path, train: dict, **launcher):
         resources={
             "lake": ParquetLake(root=str(lake)),
             "lake_paths": LakePaths(root=str(lake)),
+            "documents": JsonDocuments(root=str(lake)),
             "launcher": LocalTorchrun(output_root=str(home / "models"), **launcher),
             "mlflow": local_registry(home),
         },

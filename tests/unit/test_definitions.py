@@ -55,9 +55,30 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
         "online_features",
         "training_set",
         "trained_model",
+        "model_evaluation",
+        "onnx_model",
+        "registered_model",
+        "batch_predictions",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {("raw_flights", "flights_contract"), ("raw_weather", "weather_contract")}
+    assert checks == {
+        ("raw_flights", "flights_contract"),
+        ("raw_weather", "weather_contract"),
+        *(
+            ("model_evaluation", rule)
+            for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+        ),
+        ("onnx_model", "onnx_parity"),
+    }
+    assert graph.get(dg.AssetKey("onnx_model")).parent_keys == {
+        dg.AssetKey("model_evaluation"),
+        dg.AssetKey("training_set"),
+    }
+    retrain = {
+        k.to_user_string()
+        for k in defs.resolve_job_def("train_model").asset_layer.executable_asset_keys
+    }
+    assert retrain == {"trained_model", "model_evaluation", "onnx_model", "registered_model"}
     assert graph.get(dg.AssetKey("validated_flights")).parent_keys == {
         dg.AssetKey("raw_flights"),
         dg.AssetKey("airlines"),

@@ -1,0 +1,330 @@
+"""Deployment: `onnx_model` (the served graph, checked against PyTorch) and `registered_model`
+(a new MLflow model version that becomes champion), plus the rollback op.
+
+A model reaches the registry only through both blocking gates: the evaluation's rules and the
+ONNX parity check. Dagster enforces that within one run; `registered_model` checks the recorded
+decisions itself, so a model rejected in another run can never be promoted. The logic is in
+`ml/export.py` and `ml/predict.py`; MLflow sits behind `MlflowRegistry`.
+"""
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+from pydantic import Field
+
+from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, model_evaluation
+from assets.training import TrainedRun
+from resources.registry import MlflowRegistry, RegistryError
+from resources.serving import MODEL_FILE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEPLOYMENT = "deployment"
+REGISTRY_POOL = "model_registry"
+"""Dagster concurrency pool around registrations and alias moves (limit 1, dagster.yaml): the
+version number stamped into a file must be the one MLflow assigns."""
+PARITY = "onnx_parity"
+
+
+class OnnxModelConfig(dg.Config):
+    """Tolerances of the parity check and the optional int8 variant."""
+
+    rtol: float = Field(default=1e-3, description="Relative tolerance, ONNX vs PyTorch (fp32).")
+    atol: float = Field(default=1e-5, description="Absolute tolerance, ONNX vs PyTorch (fp32).")
+    quantize: bool = Field(
+        default=False,
+        description="Try int8 dynamic quantization; kept only if faster and accurate enough.",
+    )
+    max_int8_roc_auc_drop: float = Field(
+        default=0.002, description="Largest test ROC AUC drop of the int8 model that is kept."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxModel:
+    """What `onnx_model` hands downstream."""
+
+    path: str
+    sha256: str
+    weights_sha256: str
+    """The PyTorch weights it was exported from (the ones the gate judged)."""
+    parity: dict[str, Any]
+    quantized: bool
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "OnnxModel":
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
+@dg.asset(
+    ins={"model_evaluation": dg.AssetIn(model_evaluation.key), "training_set": dg.AssetIn()},
+    group_name=DEPLOYMENT,
+    kinds={"onnx"},
+    code_version="1",
+    io_manager_key="documents",
+    check_specs=[
+        dg.AssetCheckSpec(
+            PARITY,
+            asset="onnx_model",
+            description="onnxruntime matches PyTorch on the whole test split, batch 1, 7, 1024.",
+            blocking=True,
+        )
+    ],
+)
+def onnx_model(
+    context: dg.AssetExecutionContext,
+    config: OnnxModelConfig,
+    model_evaluation: dict,
+    training_set,
+):
+    """The gated model as one ONNX graph: raw features in (preprocessing inside), P(delay) out."""
+    from ml.export import export, parity
+    from ml.train import load_trained
+
+    evaluation = ModelEvaluation.from_dict(model_evaluation)
+    run = TrainedRun.from_dict(evaluation.trained)
+    trained = load_trained(Path(run.folder))
+    if trained.weights_sha256 != evaluation.weights_sha256:
+        raise dg.Failure(
+            f"onnx_model: the weights in {run.folder} are not the ones model_evaluation judged"
+            f" ({trained.weights_sha256[:12]} vs {evaluation.weights_sha256[:12]})",
+            allow_retries=False,
+        )
+    manifest = (Path(run.folder) / "manifest.json").read_bytes()
+    exported = export(
+        trained.model,
+        trained.preprocessor,
+        Path(run.folder) / MODEL_FILE,
+        {
+            "model_name": REGISTERED_MODEL,
+            "model_version": "unregistered",
+            "run_manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+            "feature_service": run.feature_service,
+            "label": trained.config.data.label,
+            "threshold": repr(evaluation.threshold),
+            "weights_sha256": trained.weights_sha256,
+            "data_fingerprint": run.data_fingerprint,
+            "dagster_run_id": context.run.run_id,
+        },
+    )
+    split = trained.config.data.split_column
+    test = training_set[training_set[split] == "test"].reset_index(drop=True)
+    report = parity(
+        exported.path, trained.model, trained.preprocessor, test, rtol=config.rtol, atol=config.atol
+    )
+    yield dg.AssetCheckResult(
+        check_name=PARITY,
+        passed=report.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"{report.rows} test rows, batch sizes {list(report.batch_sizes)}: max abs error"
+            f" {report.max_abs_error:.2e}, max rel error {report.max_rel_error:.2e}"
+            f" (rtol {config.rtol:g}, atol {config.atol:g}); {report.mismatched_rows} rows"
+            " beyond tolerance"
+        ),
+        metadata={
+            "max_abs_error": report.max_abs_error,
+            "max_rel_error": report.max_rel_error,
+            "mismatched_rows": report.mismatched_rows,
+        },
+    )
+    served, int8 = exported, {}
+    if config.quantize and report.passed:
+        served, int8 = _quantized(exported, test, trained.config.data.label, config)
+    yield dg.Output(
+        OnnxModel(
+            path=str(served.path),
+            sha256=served.sha256,
+            weights_sha256=trained.weights_sha256,
+            parity=report.as_dict(),
+            quantized=served is not exported,
+        ),
+        metadata={
+            "path": dg.MetadataValue.path(str(served.path)),
+            "sha256": served.sha256,
+            "bytes": Path(served.path).stat().st_size,
+            "opset": served.opset,
+            "parity_passed": report.passed,
+            "max_abs_error": report.max_abs_error,
+            "max_rel_error": report.max_rel_error,
+            "properties": dg.MetadataValue.json(dict(served.properties)),
+            **int8,
+        },
+    )
+
+
+def _quantized(exported, test: "pd.DataFrame", label: str, config: OnnxModelConfig):
+    """The int8 variant and its figures; kept only if faster and within the AUC bound."""
+    import time
+
+    from ml.export import quantize
+    from ml.metrics import binary_metrics
+    from ml.predict import Scorer
+
+    candidate = quantize(exported.path, Path(exported.path).with_name("model.int8.onnx"))
+    figures: dict[str, float] = {}
+    for name, model in (("fp32", exported), ("int8", candidate)):
+        scorer = Scorer.load(model.path, expected_sha256=model.sha256)
+        probabilities = scorer.predict(test)  # also the warm-up
+        began = time.perf_counter()
+        for _ in range(3):
+            scorer.predict(test)
+        figures[f"{name}_rows_per_s"] = 3 * len(test) / (time.perf_counter() - began)
+        figures[f"{name}_roc_auc"] = binary_metrics(test[label].to_numpy(), probabilities).roc_auc
+    drop = figures["fp32_roc_auc"] - figures["int8_roc_auc"]
+    faster = figures["int8_rows_per_s"] > figures["fp32_rows_per_s"]
+    keep = faster and drop <= config.max_int8_roc_auc_drop  # a NaN drop is never kept
+    metadata = {
+        **{f"int8_{k}" if not k.startswith("int8") else k: v for k, v in figures.items()},
+        "int8_roc_auc_drop": drop,
+        "int8_kept": keep,
+    }
+    return (candidate if keep else exported), metadata
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredModel:
+    name: str
+    version: str
+    sha256: str
+    previous_champion: str | None
+    link: str
+
+
+@dg.asset(
+    ins={
+        "model_evaluation": dg.AssetIn(model_evaluation.key),
+        "onnx_model": dg.AssetIn(onnx_model.key),
+    },
+    group_name=DEPLOYMENT,
+    kinds={"mlflow", "onnx"},
+    code_version="1",
+    io_manager_key="documents",
+    pool=REGISTRY_POOL,
+)
+def registered_model(
+    context: dg.AssetExecutionContext,
+    model_evaluation: dict,
+    onnx_model: dict,
+    mlflow: MlflowRegistry,
+) -> dg.Output[RegisteredModel]:
+    """The model as a new MLflow model version, and the champion alias moved to it."""
+    from ml.export import stamp
+
+    evaluation = ModelEvaluation.from_dict(model_evaluation)
+    exported = OnnxModel.from_dict(onnx_model)
+    report = evaluation.gate()
+    champion = mlflow.champion(REGISTERED_MODEL)
+    refusal = promotion_refusal(evaluation, exported, champion.version if champion else None)
+    if refusal:
+        raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
+    run = TrainedRun.from_dict(evaluation.trained)
+    version = mlflow.next_version(REGISTERED_MODEL)
+    stamped = stamp(
+        Path(exported.path),
+        Path(run.folder) / f"model.v{version}.onnx",
+        {"model_version": version},
+    )
+    registered = mlflow.register(
+        REGISTERED_MODEL,
+        files={MODEL_FILE: stamped.path},
+        documents={
+            GATE_REPORT: evaluation.report,
+            "parity.json": exported.parity,
+            "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
+        },
+        tags={
+            "gate_decision": report.decision,
+            "weights_sha256": evaluation.weights_sha256,
+            "data_fingerprint": run.data_fingerprint,
+            "feature_service": run.feature_service,
+            "training_run_id": run.mlflow_run_id,
+            "dagster_run_id": context.run.run_id,
+            "quantized": str(exported.quantized).lower(),
+            "threshold": repr(evaluation.threshold),
+        },
+        run_name=f"registered_model-{context.run.run_id[:8]}",
+        expected_version=version,
+        description=f"Passed the gate: {'; '.join(r.summary for r in report.rules)}",
+    )
+    promotion = mlflow.promote(
+        REGISTERED_MODEL, registered.version, reason=f"passed the gate in run {context.run.run_id}"
+    )
+    return dg.Output(
+        RegisteredModel(
+            name=REGISTERED_MODEL,
+            version=registered.version,
+            sha256=registered.files[MODEL_FILE],
+            previous_champion=promotion.previous,
+            link=registered.link,
+        ),
+        metadata={
+            "model": f"{REGISTERED_MODEL} v{registered.version}",
+            "champion_before": promotion.previous or "none",
+            "onnx_sha256": registered.files[MODEL_FILE],
+            "mlflow_model_version": dg.MetadataValue.url(registered.link),
+            "source": registered.source,
+        },
+    )
+
+
+def promotion_refusal(
+    evaluation: ModelEvaluation, exported: OnnxModel, champion_now: str | None
+) -> str | None:
+    """Why this model may not become champion, or None. The gate's recorded decision, not the
+    run that produced it, is what counts: a rejected model is refused here whatever ran before."""
+    report = evaluation.gate()
+    if not report.passed or report.decision != "promote":
+        return f"the gate rejected it: {'; '.join(report.reasons) or report.decision}"
+    if report.subject != evaluation.weights_sha256:
+        return "the gate report judged other weights than the evaluation names"
+    if exported.weights_sha256 != evaluation.weights_sha256:
+        return (
+            f"the ONNX file was exported from weights {exported.weights_sha256[:12]}, but the gate"
+            f" judged {evaluation.weights_sha256[:12]}; export the evaluated model again"
+        )
+    if not exported.parity.get("passed"):
+        return "the ONNX file failed the parity check against PyTorch"
+    path = Path(exported.path)
+    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != exported.sha256:
+        return f"{path} is missing or no longer has the sha256 recorded at export"
+    if champion_now != report.champion_version:
+        return (
+            f"the champion is v{champion_now} now, the gate compared against"
+            f" v{report.champion_version}; evaluate again against the current champion"
+        )
+    return None
+
+
+def _json_file(path: Path) -> Any:
+    import json
+
+    return json.loads(path.read_text())
+
+
+class RollbackConfig(dg.Config):
+    """Which registered version becomes champion again, and why."""
+
+    version: str = Field(description="The MLflow model version number, e.g. 3.")
+    reason: str = Field(description="Recorded on the version, e.g. 'v5 mis-scores red-eyes'.")
+
+
+@dg.op(tags={"kind": "mlflow"})
+def rollback_champion(
+    context: dg.OpExecutionContext, config: RollbackConfig, mlflow: MlflowRegistry
+) -> None:
+    """Move the champion alias to a named registered version (it must have passed the gate)."""
+    try:
+        promotion = mlflow.promote(
+            REGISTERED_MODEL, config.version, reason=f"rollback: {config.reason}"
+        )
+    except RegistryError as refused:
+        raise dg.Failure(f"not rolled back: {refused}", allow_retries=False) from refused
+    context.log.info(
+        f"{REGISTERED_MODEL}: champion v{promotion.previous or 'none'} → v{promotion.current}"
+    )

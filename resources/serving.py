@@ -1,0 +1,58 @@
+"""Serving: the registered models this machine runs, as verified local copies with an
+onnxruntime session over each.
+
+A model file is fetched from the registry into a local cache and used only after its sha256
+matches the one recorded at registration (`MlflowRegistry.fetch`); the session is built by
+`ml.predict.Scorer`, which checks the hash again on the bytes it loads.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from pydantic import Field
+
+from resources.registry import CHAMPION, MlflowRegistry, ModelVersion
+
+if TYPE_CHECKING:
+    from ml.predict import Scorer
+
+MODEL_FILE = "model.onnx"
+"""The served graph's artifact name in a registered version."""
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    version: ModelVersion
+    scorer: "Scorer"
+
+    @property
+    def label(self) -> str:
+        return f"{self.version.name} v{self.version.version}"
+
+
+class ModelServing(dg.ConfigurableResource):
+    """Registered models, loaded for scoring."""
+
+    registry: MlflowRegistry
+    cache_dir: str = Field(description="Folder of verified local copies of registered models.")
+    threads: int | None = Field(
+        default=None, description="onnxruntime intra-op threads; unset: onnxruntime's default."
+    )
+
+    def champion(self, model_name: str) -> ServedModel | None:
+        """The version the `champion` alias points at, ready to score; None before the first
+        promotion."""
+        version = self.registry.champion(model_name)
+        return None if version is None else self.load(version)
+
+    def load(self, version: ModelVersion) -> ServedModel:
+        from ml.predict import Scorer
+
+        path = self.registry.fetch(version, MODEL_FILE, Path(self.cache_dir))
+        scorer = Scorer.load(path, expected_sha256=version.sha256, threads=self.threads)
+        return ServedModel(version, scorer)
+
+
+__all__ = ["CHAMPION", "MODEL_FILE", "ModelServing", "ServedModel"]

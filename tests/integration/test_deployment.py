@@ -1,0 +1,269 @@
+"""Real days through the whole lifecycle into serving: a model trained by torchrun, evaluated
+and gated, exported to ONNX with its parity check, registered in MLflow as champion, and used
+by onnxruntime to score a day; then the ways a model must be kept from serving."""
+
+import dataclasses
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from pipelines.definitions import definitions, local_resources
+from resources.expectations import GreatExpectations
+from resources.registry import MlflowRegistry
+from resources.sources import BundledFlightsSource, DropFolderSource
+from tests.conftest import bundled_day, write_csv_drop
+
+pytestmark = pytest.mark.integration
+
+DAYS = [f"2013-01-0{d}" for d in range(1, 8)]
+WINDOW = {"start": "2013-01-02", "validation_start": "2013-01-05", "test_start": "2013-01-07",
+          "end": "2013-01-08"}  # fmt: skip
+SCORED_DAY = "2013-01-07"
+MODEL = "flight_delay"
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
+# A model that has hardly left its random start: worse than any trained champion.
+WORSE = {"optim": {"max_epochs": 1, "lr": 1e-6}}
+# Seven days are too few for the production floor; these tests are about the gate's mechanics.
+LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
+SERVING = ["model_evaluation", "onnx_model", "registered_model"]
+
+
+@dataclass
+class World:
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    registry: MlflowRegistry
+    home: Path
+
+    def run(
+        self,
+        job: str,
+        partition: str | None = None,
+        ops: dict | None = None,
+        assets: list[str] | None = None,
+    ) -> dg.ExecuteInProcessResult:
+        return self.defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance,
+            partition_key=partition,
+            run_config={**QUIET, "ops": ops or {}},
+            asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
+            raise_on_error=False,
+        )
+
+    def champion(self) -> str | None:
+        version = self.registry.champion(MODEL)
+        return version.version if version else None
+
+    def train(self, train: dict, evaluation: dict | None = None) -> dg.ExecuteInProcessResult:
+        return self.run(
+            "train_model",
+            ops={
+                "trained_model": {"config": train},
+                "model_evaluation": {"config": {**LENIENT, **(evaluation or {})}},
+            },
+        )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    home = tmp_path_factory.mktemp("home")
+    drops = home / "drops"
+    drops.mkdir()
+    for table in ("airlines", "airports", "planes"):
+        BundledFlightsSource().read_table(table).frame.to_csv(drops / f"{table}.csv", index=False)
+    for day in DAYS:
+        for table in ("flights", "weather"):
+            write_csv_drop(drops, table, day, bundled_day(table, day))
+    resources = local_resources(home)
+    resources["source"] = DropFolderSource(root=str(drops))
+    resources["expectations"] = GreatExpectations(
+        data_docs_dir=str(home / "docs"), build_data_docs=False
+    )
+    resources["launcher"] = resources["launcher"].model_copy(update={"processes": 1})
+    registry = resources["mlflow"]
+    assert isinstance(registry, MlflowRegistry)
+    (home / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(home / "dagster")) as instance:
+        world = World(definitions(resources), instance, registry, home)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")
+            assert world.run("load_dimensions").success
+            assert world.run("apply_feature_registry").success
+            for day in DAYS:
+                assert world.run("daily_partition", day).success, day
+            built = world.run("build_training_set", ops={"training_set": {"config": WINDOW}})
+            assert built.success
+            yield world
+
+
+def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {
+        e.step_materialization_data.materialization.asset_key.to_user_string()
+        for e in result.get_asset_materialization_events()
+    }
+
+
+def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {
+        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    }
+
+
+def failure(result: dg.ExecuteInProcessResult) -> str:
+    errors = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
+    return " ".join(str(e.message) for e in errors if e)
+
+
+def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        materialization = event.step_materialization_data.materialization
+        if materialization.asset_key.to_user_string() == asset:
+            return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    raise KeyError(asset)
+
+
+def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
+    from ml.export import read_properties
+
+    result = world.train(GOOD)
+    assert result.success, [(n, c.description) for n, c in checks(result).items()]
+    assert materialized(result) == {"trained_model", *SERVING}
+    gate = checks(result)
+    assert {n for n, c in gate.items() if c.passed} == {
+        "finite_metrics", "absolute_floor", "no_regression", "no_slice_regression", "onnx_parity",
+    }  # fmt: skip
+    assert "no champion" in (gate["no_regression"].description or "")
+    evaluation = metadata(result, "model_evaluation")
+    assert evaluation["decision"] == "promote" and evaluation["champion"] == "none yet"
+    assert 0.5 < evaluation["test_roc_auc"] <= 1
+    for plot in ("roc", "calibration", "slices", "loss_curve"):
+        assert "data:image/png;base64," in evaluation[plot]
+
+    assert world.champion() == "1"
+    version = world.registry.champion(MODEL)
+    assert version is not None and version.gate_decision == "promote"
+    served = world.registry.fetch(version, "model.onnx", world.home / "verify")
+    properties = read_properties(served)
+    assert properties["model_version"] == "1"
+    assert properties["feature_service"] == "flight_delay_v1"
+    assert len(json.loads(properties["numeric_features"])) > 0
+    parity = metadata(result, "onnx_model")
+    assert parity["parity_passed"] and parity["max_abs_error"] <= 1e-4
+
+
+def test_the_champion_scores_a_day_and_a_rerun_replaces_it(world: World):
+    first = world.run("score_flights", SCORED_DAY)
+    assert first.success, failure(first)
+    path = world.home / "lake" / "batch_predictions" / f"{SCORED_DAY}.parquet"
+    scored = pd.read_parquet(path)
+    flights = pd.read_parquet(world.home / "lake" / "flight_outcomes" / f"{SCORED_DAY}.parquet")
+    assert len(scored) == len(flights) == metadata(first, "batch_predictions")["dagster/row_count"]
+    assert scored["flight_id"].is_unique
+    assert set(scored["model_version"]) == {"1"}
+    assert scored["probability"].between(0, 1).all()
+    assert "arrival_delayed" not in scored.columns  # the outcome is never an input or output
+
+    again = world.run("score_flights", SCORED_DAY)
+    assert again.success
+    rescored = pd.read_parquet(path)
+    assert len(rescored) == len(scored)  # replaced, not appended
+    pd.testing.assert_series_equal(rescored["probability"], scored["probability"])
+    assert (rescored["predicted_at"] > scored["predicted_at"]).all()
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_an_onnx_graph_that_differs_from_torch_is_never_registered(world: World, monkeypatch):
+    import onnx
+
+    from ml import export
+
+    original = export.export
+
+    def perturbed(model, preprocessor, path, properties):
+        done = original(model, preprocessor, path, properties)
+        graph = onnx.load(path)
+        weight = max(graph.graph.initializer, key=lambda t: len(t.raw_data))
+        array = onnx.numpy_helper.to_array(weight).copy()
+        array.flat[0] += 0.5
+        weight.CopyFrom(onnx.numpy_helper.from_array(array, weight.name))
+        onnx.save(graph, path)
+        return dataclasses.replace(done, sha256=_sha256(Path(path)))
+
+    monkeypatch.setattr(export, "export", perturbed)
+    result = world.run("train_model", ops={"model_evaluation": {"config": LENIENT}}, assets=SERVING)
+    assert not checks(result)["onnx_parity"].passed
+    assert "registered_model" not in materialized(result)
+    assert world.champion() == "1"
+
+
+def test_rollback_moves_the_champion_back_to_a_named_version(world: World):
+    # The same weights again: no regression, so they pass and become v2.
+    result = world.run("train_model", ops={"model_evaluation": {"config": LENIENT}}, assets=SERVING)
+    assert result.success, failure(result)
+    assert world.champion() == "2"
+
+    rollback = world.run(
+        "rollback_champion_job",
+        ops={"rollback_champion": {"config": {"version": "1", "reason": "test"}}},
+    )
+    assert rollback.success, failure(rollback)
+    assert world.champion() == "1"
+    assert world.registry.version(MODEL, "1").tags.get("promotion_reason") == "rollback: test"
+
+    missing = world.run(
+        "rollback_champion_job",
+        ops={"rollback_champion": {"config": {"version": "99", "reason": "typo"}}},
+    )
+    assert not missing.success and "99" in failure(missing)
+    assert world.champion() == "1"
+
+
+def test_a_worse_challenger_is_refused_and_the_champion_stays(world: World):
+    result = world.train(WORSE)
+    gate = checks(result)
+    assert not gate["no_regression"].passed
+    assert "roc_auc" in (gate["no_regression"].description or "")
+    assert materialized(result) == {"trained_model", "model_evaluation"}  # export, registry blocked
+    assert metadata(result, "model_evaluation")["decision"] == "reject"
+    assert world.champion() == "1"
+
+
+def test_a_model_rejected_in_one_run_is_refused_by_registration_in_another(world: World):
+    exported = world.run("train_model", assets=["onnx_model"])  # its gate is not in this run
+    assert exported.success, failure(exported)
+    registered = world.run("train_model", assets=["registered_model"])
+    assert not registered.success
+    assert "the gate rejected it" in failure(registered)
+    assert world.champion() == "1"
+
+
+def test_weights_with_nan_never_reach_the_registry(world: World):
+    from safetensors.torch import load_file, save_file
+
+    document = world.home / "lake" / "trained_model" / "data.json"
+    run = json.loads(document.read_text())
+    weights = Path(run["folder"]) / "model.safetensors"
+    tensors = load_file(weights)
+    first = next(iter(tensors))
+    tensors[first] = tensors[first] * float("nan")
+    save_file(tensors, weights)
+    result = world.run("train_model", ops={"model_evaluation": {"config": LENIENT}}, assets=SERVING)
+    assert not result.success
+    assert "NaN" in failure(result)
+    assert not materialized(result) & {"onnx_model", "registered_model"}
+    assert world.champion() == "1"
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
