@@ -180,7 +180,7 @@ def _quantized(exported, test: "pd.DataFrame", label: str, config: OnnxModelConf
     faster = figures["int8_rows_per_s"] > figures["fp32_rows_per_s"]
     keep = faster and drop <= config.max_int8_roc_auc_drop  # a NaN drop is never kept
     metadata = {
-        **{f"int8_{k}" if not k.startswith("int8") else k: v for k, v in figures.items()},
+        **figures,
         "int8_roc_auc_drop": drop,
         "int8_kept": keep,
     }
@@ -224,6 +224,23 @@ def registered_model(
     if refusal:
         raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
     run = TrainedRun.from_dict(evaluation.trained)
+    if champion is not None and champion.tags.get("weights_sha256") == evaluation.weights_sha256:
+        # Retraining on the same data with the same seed gives the same weights: not a new model.
+        return dg.Output(
+            RegisteredModel(
+                name=REGISTERED_MODEL,
+                version=champion.version,
+                sha256=champion.files[MODEL_FILE],
+                previous_champion=champion.version,
+                link=champion.link,
+            ),
+            metadata={
+                "model": f"{REGISTERED_MODEL} v{champion.version}",
+                "champion_before": champion.version,
+                "unchanged": "these weights are the champion's already; nothing registered",
+                "mlflow_model_version": dg.MetadataValue.url(champion.link),
+            },
+        )
     version = mlflow.next_version(REGISTERED_MODEL)
     stamped = stamp(
         Path(exported.path),
@@ -235,6 +252,7 @@ def registered_model(
         files={MODEL_FILE: stamped.path},
         documents={
             GATE_REPORT: evaluation.report,
+            "metrics.json": evaluation.report["challenger"],
             "parity.json": exported.parity,
             "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
         },

@@ -69,6 +69,15 @@ class EvaluationConfig(dg.Config):
     max_roc_auc_drop: float = Field(
         default=0.005, description="Largest overall ROC AUC drop vs the champion that passes."
     )
+    max_average_precision_drop: float = Field(
+        default=0.01, description="Largest overall average-precision drop vs the champion."
+    )
+    max_log_loss_rise: float = Field(
+        default=0.005, description="Largest overall log-loss rise vs the champion."
+    )
+    max_brier_rise: float = Field(
+        default=0.002, description="Largest overall Brier-score rise vs the champion."
+    )
     max_slice_roc_auc_drop: float = Field(
         default=0.03, description="Largest ROC AUC drop vs the champion on any slice."
     )
@@ -84,6 +93,9 @@ class EvaluationConfig(dg.Config):
             min_roc_auc=self.min_roc_auc,
             max_calibration_error=self.max_calibration_error,
             max_roc_auc_drop=self.max_roc_auc_drop,
+            max_average_precision_drop=self.max_average_precision_drop,
+            max_log_loss_rise=self.max_log_loss_rise,
+            max_brier_rise=self.max_brier_rise,
             max_slice_roc_auc_drop=self.max_slice_roc_auc_drop,
             min_slice_rows=self.min_slice_rows,
         )

@@ -70,6 +70,12 @@ def batch_predictions(
     )
     keys = [*feature_store.join_keys(service), "event_timestamp"]
     entities = rows[keys].sort_values(keys).reset_index(drop=True)
+    if entities.empty:
+        raise dg.Failure(
+            f"batch_predictions {context.partition_key}: {config.entity_view!r} has no rows that"
+            " day; materialize the day's feature tables first",
+            allow_retries=False,
+        )
     path = lake_files.path_for(context.asset_key, context.partition_key)
     summary = score_to_parquet(
         served.scorer,

@@ -175,7 +175,8 @@ def print_summary(
 
     print()
     print(
-        f"Ran {len(outcomes)} day(s), a training set and training in {seconds:.1f} s:"
+        f"Ran {len(outcomes)} day(s), a training set, training, the gates and scoring in"
+        f" {seconds:.1f} s:"
         f" {len(published)} day(s) published, {len(outcomes) - len(published)} refused."
     )
     print(
@@ -235,7 +236,9 @@ def print_summary(
     if exported:
         print(f"  ONNX:     {exported.get('path')} (sha256 {str(exported.get('sha256'))[:12]})")
     registered = model.assets.get("registered_model")
-    if registered:
+    if registered and registered.get("unchanged"):
+        print(f"  registered: nothing new; {registered.get('model')}: {registered['unchanged']}")
+    elif registered:
         print(
             f"  registered: {registered.get('model')}, now champion"
             f" (before: {registered.get('champion_before')})"

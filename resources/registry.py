@@ -383,6 +383,8 @@ class MlflowRegistry(dg.ConfigurableResource):
     def _client(self):
         from mlflow import MlflowClient
 
+        # A download's progress bar would land in the step's captured logs, one per file.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         uri = self.tracking_uri
         if uri.startswith(SQLITE):  # SQLite creates the file, not its folder
             Path(uri.removeprefix(SQLITE)).parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,16 @@ WORSE = {"optim": {"max_epochs": 1, "lr": 1e-6}}
 # Seven days are too few for the production floor; these tests are about the gate's mechanics.
 LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
 SERVING = ["model_evaluation", "onnx_model", "registered_model"]
+ANY_CHANGE = {
+    name: 1.0
+    for name in (
+        "max_roc_auc_drop",
+        "max_average_precision_drop",
+        "max_log_loss_rise",
+        "max_brier_rise",
+        "max_slice_roc_auc_drop",
+    )
+}
 
 
 @dataclass
@@ -205,9 +215,17 @@ def test_an_onnx_graph_that_differs_from_torch_is_never_registered(world: World,
     assert world.champion() == "1"
 
 
-def test_rollback_moves_the_champion_back_to_a_named_version(world: World):
-    # The same weights again: no regression, so they pass and become v2.
+def test_the_champions_own_weights_are_not_registered_again(world: World):
     result = world.run("train_model", ops={"model_evaluation": {"config": LENIENT}}, assets=SERVING)
+    assert result.success, failure(result)
+    assert "already" in metadata(result, "registered_model")["unchanged"]
+    assert [v.version for v in world.registry.versions(MODEL)] == ["1"]
+    assert world.champion() == "1"
+
+
+def test_rollback_moves_the_champion_back_to_a_named_version(world: World):
+    # Another seed, and a gate that accepts any change: a second champion, v2.
+    result = world.train({**GOOD, "seed": 7}, evaluation=ANY_CHANGE)
     assert result.success, failure(result)
     assert world.champion() == "2"
 
@@ -225,6 +243,21 @@ def test_rollback_moves_the_champion_back_to_a_named_version(world: World):
     )
     assert not missing.success and "99" in failure(missing)
     assert world.champion() == "1"
+
+
+def test_int8_is_kept_only_when_faster_and_accurate_enough_with_both_figures(world: World):
+    result = world.run(
+        "train_model", ops={"onnx_model": {"config": {"quantize": True}}}, assets=["onnx_model"]
+    )
+    assert result.success, failure(result)
+    figures = metadata(result, "onnx_model")
+    for name in ("fp32_rows_per_s", "int8_rows_per_s", "fp32_roc_auc", "int8_roc_auc"):
+        assert figures[name] > 0, name
+    faster = figures["int8_rows_per_s"] > figures["fp32_rows_per_s"]
+    assert figures["int8_kept"] == (faster and figures["int8_roc_auc_drop"] <= 0.002)
+    assert Path(figures["path"]).name == (
+        "model.int8.onnx" if figures["int8_kept"] else "model.onnx"
+    )
 
 
 def test_a_worse_challenger_is_refused_and_the_champion_stays(world: World):
