@@ -149,7 +149,6 @@ class Trainer:
         from ml.config import TrainConfig
         from ml.data import Preprocessor, Shards
         from ml.model import DelayClassifier
-        from ml.train import row_major
 
         torch.set_num_threads(threads)
         config = TrainConfig()
@@ -158,7 +157,7 @@ class Trainer:
         frame = pd.read_parquet(data)
         train = frame[frame["split"] == "train"]
         preprocessor = Preprocessor.fit(train)
-        self.tensors = row_major(preprocessor.transform(train, LABEL))
+        self.tensors = preprocessor.transform(train, LABEL)
         self.model = DelayClassifier(
             preprocessor.numeric_width, preprocessor.cardinalities, config.model
         )

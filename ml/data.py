@@ -83,7 +83,11 @@ class Preprocessor:
         values = frame[self.numeric].to_numpy(dtype="float64", na_value=np.nan)
         absent = np.isnan(values)
         scaled = np.where(absent, 0.0, (values - self.mean) / self.std)
-        numeric = np.concatenate([scaled, absent.astype("float64")], axis=1).astype("float32")
+        # Row-major: pandas hands columns over one by one, and a row spread over them costs a
+        # read per column in every batch gather, and a copy in onnxruntime at every call.
+        numeric = np.ascontiguousarray(
+            np.concatenate([scaled, absent.astype("float64")], axis=1), dtype="float32"
+        )
         indices = (
             np.stack(
                 [

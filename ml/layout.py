@@ -302,7 +302,6 @@ def _run_probe(spec: dict, out: Path) -> None:
         data_parallel,
         epoch_batches,
         process_group,
-        row_major,
         train_step,
         warmup_cosine,
     )
@@ -317,7 +316,7 @@ def _run_probe(spec: dict, out: Path) -> None:
         dtype = autocast_dtype(config.precision, ranks.device)
         autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
         shards = Shards(probe.train_rows, ranks.world_size, config.seed)
-        data = row_major(_random_rows(probe))
+        data = _random_rows(probe)
         model = DelayClassifier(probe.numeric_width, list(probe.cardinalities), config.model)
         model = model.to(ranks.device)
         optimizer = torch.optim.AdamW(
@@ -364,7 +363,10 @@ def _random_rows(probe: Probe) -> Tensors:
     categorical = [torch.randint(0, n, (rows,), generator=generator) for n in probe.cardinalities]
     return Tensors(
         torch.randn(rows, probe.numeric_width, generator=generator),
-        torch.stack(categorical, dim=1) if categorical else torch.zeros(rows, 0, dtype=torch.long),
+        # Row-major, as the preprocessor makes them.
+        torch.stack(categorical, dim=1).contiguous()
+        if categorical
+        else torch.zeros(rows, 0, dtype=torch.long),
         torch.randint(0, 2, (rows,), generator=generator).float(),
     )
 

@@ -122,7 +122,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     frame = pd.read_parquet(config.data.training_set)
     parts = {s: frame[frame[config.data.split_column] == s] for s in ("train", "validation")}
     preprocessor = Preprocessor.fit(parts["train"])
-    train_set = row_major(preprocessor.transform(parts["train"], config.data.label))
+    train_set = preprocessor.transform(parts["train"], config.data.label)
     validation_set = preprocessor.transform(parts["validation"], config.data.label)
     model = DelayClassifier(
         preprocessor.numeric_width, preprocessor.cardinalities, config.model
@@ -316,14 +316,6 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup_fraction:
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """Numbers, categories and labels of some rows."""
-
-
-def row_major(data: Tensors) -> Tensors:
-    """The split with each row's values side by side in memory. The preprocessor's arrays come
-    out column by column, as pandas holds them: a row of those is one read per column."""
-    return Tensors(
-        data.numeric.contiguous(), data.categorical.contiguous(), data.label.contiguous()
-    )
 
 
 def gather_batch(data: Tensors, index: torch.Tensor, device: torch.device) -> Batch:
