@@ -17,8 +17,9 @@ rows as the pipeline writes its tables.
 `network` is P9: torch eager (`inference_mode`) against onnxruntime on the same float32/int64
 tensors, `--threads` threads each, batches of `--batch` rows prepared before any timing; the two
 take turns block by block (ABBA) inside one process after a warm-up block each. `served` is
-the same for the served graph on raw values against torch with `Preprocessor.inputs` and a
-sigmoid (for information). `endtoend` is P10, ABBA too: `ml.predict.parquet_batches` →
+the same from raw feature values: `Scorer.predict` (inputs built, served graph run) against
+torch with `Preprocessor.inputs` and a sigmoid, each side building its inputs inside the timing
+(for information). `endtoend` is P10, ABBA too: `ml.predict.parquet_batches` →
 `ml.predict.score_to_parquet` (Parquet in, predictions written) against the served graph's
 `session.run` alone on inputs built beforehand from the same rows, same batches. `rss` is P11:
 one batch-inference run in this fresh process, and its peak RSS.
@@ -137,15 +138,18 @@ def time_network(folder: Path, threads: int, batch: int, served: bool, blocks: i
     count = rows // batch
     frames = [frame.iloc[i * batch : (i + 1) * batch] for i in range(count)]
     if served:
+        # Raw feature values in, probabilities out, each side building its own inputs from the
+        # same frames: the served graph against the eager way to serve the same model.
         scorer = Scorer.load(folder / "served.onnx", threads=threads)
-        ort_inputs = [scorer.inputs(f) for f in frames]
 
         def torch_side(n: int) -> None:
             with torch.inference_mode():
                 for f in frames[:n]:
                     torch.sigmoid(model(*preprocessor.inputs(f)))
 
-        ort_run = scorer.session.run
+        def ort_side(n: int) -> None:
+            for f in frames[:n]:
+                scorer.predict(f)
     else:
         tensors = [preprocessor.inputs(f) for f in frames]
         ort_inputs = [{"numeric": n.numpy(), "categorical": c.numpy()} for n, c in tensors]
@@ -156,9 +160,9 @@ def time_network(folder: Path, threads: int, batch: int, served: bool, blocks: i
                 for numeric, categorical in tensors[:n]:
                     model(numeric, categorical)
 
-    def ort_side(n: int) -> None:
-        for inputs in ort_inputs[:n]:
-            ort_run(None, inputs)
+        def ort_side(n: int) -> None:
+            for inputs in ort_inputs[:n]:
+                ort_run(None, inputs)
 
     timed = alternate({"onnxruntime": ort_side, "torch": torch_side}, count, blocks)
     total = blocks * count * batch
