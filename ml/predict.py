@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,9 @@ QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 FINE_BINS = 1000
 """Bins of [0, 1] the quantiles are read from: they are exact to 1 / FINE_BINS."""
 CHART_BINS = 20
+
+Rows = pd.DataFrame | pa.Table | pa.RecordBatch
+"""Rows of features: a DataFrame, or Arrow as read from Parquet (no pandas on the way)."""
 
 
 class ModelIntegrityError(ValueError):
@@ -100,21 +103,35 @@ class Scorer:
         """Every input column: the numeric ones, then the categorical ones."""
         return [*self.numeric_features, *self.categorical_features]
 
-    def inputs(self, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-        """The graph's inputs for `frame`'s rows: numbers as float64 (NaN = missing), categories
-        as strings ("" = missing)."""
-        missing = [c for c in self.features if c not in frame.columns]
+    def inputs(self, frame: "Rows") -> dict[str, np.ndarray]:
+        """The graph's inputs for `frame`'s rows (a DataFrame, or Arrow straight from Parquet):
+        numbers as float64 (NaN = missing), categories as strings ("" = missing)."""
+        arrow = isinstance(frame, pa.Table | pa.RecordBatch)
+        names = frame.schema.names if arrow else frame.columns
+        missing = [c for c in self.features if c not in names]
         if missing:
             raise ValueError(f"data lacks the feature column(s) {missing}")
         inputs = {}
         if self.numeric_features:
-            inputs[INPUT_NUMERIC] = frame[self.numeric_features].to_numpy(
-                dtype="float64", na_value=np.nan
-            )
+            # Row-major: onnxruntime would otherwise copy a column-major block itself, inside
+            # `run`, where it overlaps with nothing.
+            if arrow:
+                numeric = np.empty((len(frame), len(self.numeric_features)), dtype="float64")
+                for i, column in enumerate(self.numeric_features):
+                    numeric[:, i] = (
+                        _arrow(frame, column).cast(pa.float64()).to_numpy(zero_copy_only=False)
+                    )
+            else:
+                numeric = np.ascontiguousarray(
+                    frame[self.numeric_features].to_numpy(dtype="float64", na_value=np.nan)
+                )
+            inputs[INPUT_NUMERIC] = numeric
         if self.categorical_features:
             text = np.empty((len(frame), len(self.categorical_features)), dtype=object)
             for i, column in enumerate(self.categorical_features):
-                text[:, i] = _text(frame[column])
+                text[:, i] = (
+                    _arrow_text_values(_arrow(frame, column)) if arrow else _text(frame[column])
+                )
             inputs[INPUT_CATEGORICAL] = text
         return inputs
 
@@ -126,7 +143,7 @@ class Scorer:
         (probability,) = self.session.run([OUTPUT], dict(inputs))
         return probability
 
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+    def predict(self, frame: "Rows") -> np.ndarray:
         """P(label = 1) for every row of `frame` (raw feature columns), float32."""
         return self.run(self.inputs(frame))
 
@@ -136,18 +153,31 @@ def _text(column: pd.Series) -> np.ndarray:
     them (`astype("string")`). Columns of categories or Arrow strings convert each distinct
     value once, not every row."""
     if isinstance(column.dtype, pd.ArrowDtype):
-        arrow = column.array.__arrow_array__()
-        if not (pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type)):
-            arrow = arrow.cast(pa.string())
-        encoded = arrow.dictionary_encode().combine_chunks()
-        values = encoded.dictionary.to_numpy(zero_copy_only=False)
-        codes = encoded.indices.fill_null(len(values)).to_numpy()
-    elif isinstance(column.dtype, pd.CategoricalDtype):
+        return _arrow_text_values(column.array.__arrow_array__())
+    if isinstance(column.dtype, pd.CategoricalDtype):
         values = column.cat.categories.astype("string").to_numpy(dtype=object)
         codes = column.cat.codes.to_numpy()  # -1 (missing) picks the appended marker
     else:
         return column.astype("string").fillna(MISSING_CATEGORY).to_numpy(dtype=object)
     return np.append(values.astype(object), MISSING_CATEGORY)[codes]
+
+
+def _arrow_text_values(arrow: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow column's values as str objects, "" where missing, each distinct value
+    converted once."""
+    if not (pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type)):
+        arrow = arrow.cast(pa.string())
+    encoded = arrow.dictionary_encode()
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    values = encoded.dictionary.to_numpy(zero_copy_only=False)
+    codes = encoded.indices.fill_null(len(values)).to_numpy()
+    return np.append(values.astype(object), MISSING_CATEGORY)[codes]
+
+
+def _arrow(frame: "pa.Table | pa.RecordBatch", column: str) -> pa.Array:
+    values = frame.column(column)
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 @dataclass
@@ -226,7 +256,7 @@ class _Tally:
 
 def score_to_parquet(
     scorer: Scorer,
-    batches: Iterable[pd.DataFrame],
+    batches: Iterable[Rows],
     path: Path,
     *,
     keep: Sequence[str],
@@ -298,9 +328,7 @@ class _ParquetSink:
         self.tally = _Tally(features)
         self.writer: pq.ParquetWriter | None = None
 
-    def write(
-        self, batch: pd.DataFrame, inputs: Mapping[str, np.ndarray], probability: np.ndarray
-    ) -> None:
+    def write(self, batch: Rows, inputs: Mapping[str, np.ndarray], probability: np.ndarray) -> None:
         nan = int(np.isnan(probability).sum())
         if nan:
             raise ValueError(f"the model gave NaN for {nan} row(s)")
@@ -312,11 +340,18 @@ class _ParquetSink:
             table = table.cast(self.writer.schema)  # e.g. a batch whose text is all missing
         self.writer.write_table(table)
 
-    def table(self, batch: pd.DataFrame, probability: np.ndarray) -> pa.Table:
-        missing = [c for c in self.keep if c not in batch.columns]
+    def table(self, batch: Rows, probability: np.ndarray) -> pa.Table:
+        arrow = isinstance(batch, pa.Table | pa.RecordBatch)
+        missing = [
+            c for c in self.keep if c not in (batch.schema.names if arrow else batch.columns)
+        ]
         if missing:
             raise ValueError(f"data lacks the column(s) to keep {missing}")
-        kept = pa.Table.from_pandas(batch[self.keep], preserve_index=False)
+        if isinstance(batch, pa.RecordBatch | pa.Table):
+            selected = cast(Any, batch).select(self.keep)  # pyarrow has no type hints
+            kept = selected if isinstance(selected, pa.Table) else pa.Table.from_batches([selected])
+        else:
+            kept = pa.Table.from_pandas(batch[self.keep], preserve_index=False)
         repeat = np.zeros(len(probability), dtype="int32")
         columns = [
             *kept.columns,
@@ -346,7 +381,7 @@ class _ParquetSink:
 
 
 def _prefetched(
-    scorer: Scorer, batches: Iterable[pd.DataFrame]
+    scorer: Scorer, batches: Iterable[Rows]
 ) -> Generator[tuple[pd.DataFrame, dict[str, np.ndarray]], None, None]:
     """Each batch with its inputs; the next one is read and converted in a thread while this
     one is scored (onnxruntime and Parquet decoding release the GIL), at most one ahead."""
@@ -365,23 +400,17 @@ def _prefetched(
 
 def parquet_batches(
     path: Path, columns: Sequence[str] | None = None, batch_rows: int = 65_536
-) -> Iterator[pd.DataFrame]:
-    """The Parquet file at `path` as frames of at most `batch_rows` rows, read one at a time.
+) -> Iterator[pa.RecordBatch]:
+    """The Parquet file at `path` as Arrow record batches of at most `batch_rows` rows, read
+    one at a time; `Scorer` and `score_to_parquet` take them as they are (a detour through
+    pandas costs as much as decoding the file).
 
-    Text columns come as pandas' ArrowDtype. Read row group by row group: one reader over the
-    whole file keeps what it decoded until its end (pyarrow 25), so memory would grow with it."""
+    Read row group by row group: one reader over the whole file keeps what it decoded until
+    its end (pyarrow 25), so memory would grow with it."""
     with pq.ParquetFile(path) as file:
         for group in range(file.num_row_groups):
-            for batch in file.iter_batches(
+            yield from file.iter_batches(
                 batch_size=batch_rows,
                 row_groups=[group],
                 columns=list(columns) if columns is not None else None,
-            ):
-                yield batch.to_pandas(types_mapper=_arrow_text)
-
-
-def _arrow_text(type_: pa.DataType) -> pd.ArrowDtype | None:
-    """Text stays in Arrow (pandas' ArrowDtype): no Python str object per value."""
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        return pd.ArrowDtype(type_)
-    return None
+            )

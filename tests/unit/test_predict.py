@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -83,8 +84,10 @@ def test_text_as_categories_or_arrow_scores_like_text_as_objects(scorer, frame, 
     frame.to_parquet(path, row_group_size=700)
     read = list(parquet_batches(path, batch_rows=300))
     assert [len(b) for b in read] == [300, 300, 100] * 2 + [300, 300]
-    assert isinstance(read[0][scorer.categorical_features[0]].dtype, pd.ArrowDtype)
+    assert all(isinstance(b, pa.RecordBatch) for b in read)  # no detour through pandas
     np.testing.assert_array_equal(np.concatenate([scorer.predict(b) for b in read]), expected)
+    arrow_text = pd.read_parquet(path, dtype_backend="pyarrow")
+    np.testing.assert_array_equal(scorer.predict(arrow_text), expected)
 
 
 def test_score_to_parquet_writes_every_row_with_the_constants(scorer, frame, tmp_path):
