@@ -9,7 +9,6 @@ decisions itself, so a model rejected in another run can never be promoted. The 
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from pydantic import Field
 
 from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, model_evaluation
 from assets.training import TrainedRun
+from resources.lake import from_document
 from resources.registry import MlflowRegistry, RegistryError
 from resources.serving import MODEL_FILE
 
@@ -56,10 +56,6 @@ class OnnxModel:
     parity: dict[str, Any]
     quantized: bool
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "OnnxModel":
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
-
 
 @dg.asset(
     ins={"model_evaluation": dg.AssetIn(model_evaluation.key), "training_set": dg.AssetIn()},
@@ -86,8 +82,8 @@ def onnx_model(
     from ml.export import export, parity
     from ml.train import load_trained
 
-    evaluation = ModelEvaluation.from_dict(model_evaluation)
-    run = TrainedRun.from_dict(evaluation.trained)
+    evaluation = from_document(ModelEvaluation, model_evaluation)
+    run = from_document(TrainedRun, evaluation.trained)
     trained = load_trained(Path(run.folder))
     if trained.weights_sha256 != evaluation.weights_sha256:
         raise dg.Failure(
@@ -216,14 +212,14 @@ def registered_model(
     """The model as a new MLflow model version, and the champion alias moved to it."""
     from ml.export import stamp
 
-    evaluation = ModelEvaluation.from_dict(model_evaluation)
-    exported = OnnxModel.from_dict(onnx_model)
+    evaluation = from_document(ModelEvaluation, model_evaluation)
+    exported = from_document(OnnxModel, onnx_model)
     report = evaluation.gate()
     champion = mlflow.champion(REGISTERED_MODEL)
     refusal = promotion_refusal(evaluation, exported, champion.version if champion else None)
     if refusal:
         raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
-    run = TrainedRun.from_dict(evaluation.trained)
+    run = from_document(TrainedRun, evaluation.trained)
     if champion is not None and champion.tags.get("weights_sha256") == evaluation.weights_sha256:
         # Retraining on the same data with the same seed gives the same weights: not a new model.
         return dg.Output(

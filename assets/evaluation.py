@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets.training import TrainedRun, trained_model
+from resources.lake import from_document
 from resources.serving import ModelServing
 
 if TYPE_CHECKING:
@@ -89,16 +90,7 @@ class EvaluationConfig(dg.Config):
     def policy(self) -> "GatePolicy":
         from ml.gate import GatePolicy
 
-        return GatePolicy(
-            min_roc_auc=self.min_roc_auc,
-            max_calibration_error=self.max_calibration_error,
-            max_roc_auc_drop=self.max_roc_auc_drop,
-            max_average_precision_drop=self.max_average_precision_drop,
-            max_log_loss_rise=self.max_log_loss_rise,
-            max_brier_rise=self.max_brier_rise,
-            max_slice_roc_auc_drop=self.max_slice_roc_auc_drop,
-            min_slice_rows=self.min_slice_rows,
-        )
+        return GatePolicy(**self.model_dump(exclude={"slices"}))
 
     def slice_specs(self) -> list["SliceSpec"]:
         from ml.metrics import SliceSpec
@@ -119,10 +111,6 @@ class ModelEvaluation:
     weights_sha256: str
     threshold: float
     """Decision threshold (max F1 on the validation split), used when serving."""
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "ModelEvaluation":
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
 
     def gate(self) -> "GateReport":
         import json
@@ -156,7 +144,7 @@ def model_evaluation(
     from ml.metrics import best_threshold, evaluate
     from ml.train import load_trained, probabilities
 
-    run = TrainedRun.from_dict(trained_model)
+    run = from_document(TrainedRun, trained_model)
     trained = load_trained(Path(run.folder))
     if fingerprint(training_set) != run.data_fingerprint:
         raise dg.Failure(

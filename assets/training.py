@@ -58,10 +58,6 @@ class TrainedRun:
     feature_service: str
     mlflow_run_id: str
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrainedRun":
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
-
 
 @dg.asset(
     # The training set's file, not its rows: the workers read it themselves.

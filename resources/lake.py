@@ -8,8 +8,9 @@ the version, so nothing downstream turns stale for no reason.
 """
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 HASH_METADATA_KEY = b"ml_lifecycle.content_hash"
+_T = TypeVar("_T")
 
 
 class LakePathError(ValueError):
@@ -186,6 +188,13 @@ class JsonDocuments(dg.ConfigurableIOManager):
                 f"{context.asset_key.to_user_string()} has not been materialized ({path})"
             )
         return json.loads(path.read_text())
+
+
+def from_document(cls: type[_T], values: Mapping[str, Any]) -> _T:
+    """The dataclass `cls` built from a document `JsonDocuments` loaded (its fields only)."""
+    import dataclasses
+
+    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
 def write_text_atomically(text: str, path: Path) -> None:
