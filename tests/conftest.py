@@ -16,6 +16,9 @@ from resources.expectations import GreatExpectations
 from resources.lake import ParquetLake
 from resources.sources import BundledFlightsSource, DropFolderSource
 
+# The shared trained world (session-scoped `world` fixture).
+pytest_plugins = ["tests.world"]
+
 GOOD_DAY = "2013-01-02"
 DAILY = dg.AssetSelection.assets(
     "raw_flights",

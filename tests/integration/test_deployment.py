@@ -4,34 +4,19 @@ by onnxruntime to score a day; then the ways a model must be kept from serving."
 
 import dataclasses
 import json
-import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 import pytest
 
-from pipelines.definitions import definitions, local_resources
-from resources.expectations import GreatExpectations
-from resources.registry import MlflowRegistry
-from resources.sources import BundledFlightsSource, DropFolderSource
-from tests.conftest import bundled_day, write_csv_drop
+from tests.world import GOOD, LENIENT, MODEL, World
 
 pytestmark = pytest.mark.integration
 
-DAYS = [f"2013-01-0{d}" for d in range(1, 8)]
-WINDOW = {"start": "2013-01-02", "validation_start": "2013-01-05", "test_start": "2013-01-07",
-          "end": "2013-01-08"}  # fmt: skip
 SCORED_DAY = "2013-01-07"
-MODEL = "flight_delay"
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
 # A model that has hardly left its random start: worse than any trained champion.
 WORSE = {"optim": {"max_epochs": 1, "lr": 1e-6}}
-# Seven days are too few for the production floor; these tests are about the gate's mechanics.
-LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
 SERVING = ["model_evaluation", "onnx_model", "registered_model"]
 ANY_CHANGE = {
     name: 1.0
@@ -43,74 +28,6 @@ ANY_CHANGE = {
         "max_slice_roc_auc_drop",
     )
 }
-
-
-@dataclass
-class World:
-    defs: dg.Definitions
-    instance: dg.DagsterInstance
-    registry: MlflowRegistry
-    home: Path
-
-    def run(
-        self,
-        job: str,
-        partition: str | None = None,
-        ops: dict | None = None,
-        assets: list[str] | None = None,
-    ) -> dg.ExecuteInProcessResult:
-        return self.defs.resolve_job_def(job).execute_in_process(
-            instance=self.instance,
-            partition_key=partition,
-            run_config={**QUIET, "ops": ops or {}},
-            asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
-            raise_on_error=False,
-        )
-
-    def champion(self) -> str | None:
-        version = self.registry.champion(MODEL)
-        return version.version if version else None
-
-    def train(self, train: dict, evaluation: dict | None = None) -> dg.ExecuteInProcessResult:
-        return self.run(
-            "train_model",
-            ops={
-                "trained_model": {"config": train},
-                "model_evaluation": {"config": {**LENIENT, **(evaluation or {})}},
-            },
-        )
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    home = tmp_path_factory.mktemp("home")
-    drops = home / "drops"
-    drops.mkdir()
-    for table in ("airlines", "airports", "planes"):
-        BundledFlightsSource().read_table(table).frame.to_csv(drops / f"{table}.csv", index=False)
-    for day in DAYS:
-        for table in ("flights", "weather"):
-            write_csv_drop(drops, table, day, bundled_day(table, day))
-    resources = local_resources(home)
-    resources["source"] = DropFolderSource(root=str(drops))
-    resources["expectations"] = GreatExpectations(
-        data_docs_dir=str(home / "docs"), build_data_docs=False
-    )
-    resources["launcher"] = resources["launcher"].model_copy(update={"processes": 1})
-    registry = resources["mlflow"]
-    assert isinstance(registry, MlflowRegistry)
-    (home / "dagster").mkdir()
-    with dg.instance_for_test(temp_dir=str(home / "dagster")) as instance:
-        world = World(definitions(resources), instance, registry, home)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")
-            assert world.run("load_dimensions").success
-            assert world.run("apply_feature_registry").success
-            for day in DAYS:
-                assert world.run("daily_partition", day).success, day
-            built = world.run("build_training_set", ops={"training_set": {"config": WINDOW}})
-            assert built.success
-            yield world
 
 
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
@@ -144,7 +61,8 @@ def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
 def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     from ml.export import read_properties
 
-    result = world.train(GOOD)
+    result = world.first_training  # made by the shared world (tests/world.py)
+    assert result is not None
     assert result.success, [(n, c.description) for n, c in checks(result).items()]
     assert materialized(result) == {"trained_model", *SERVING}
     gate = checks(result)

@@ -1,0 +1,136 @@
+"""One trained world for the tests that need a champion: real days of winter and summer ingested
+through `daily_partition`, a training set over early January, and a first model trained by
+torchrun, gated, exported and registered as champion v1.
+
+It is built once per session (about two and a half minutes) and shared by the deployment,
+monitoring, lineage and UI tests. Its Dagster instance is an ordinary one under `dagster_home`
+with the project's dagster.yaml, so `dagster dev` can be started on it (`World.environment`).
+Tests that change the world say how in their docstring; none may leave the champion without a
+drift reference or remove a partition.
+"""
+
+import datetime as dt
+import os
+import shutil
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import definitions, local_resources
+from resources.expectations import GreatExpectations
+from resources.registry import MlflowRegistry
+from resources.sources import BundledFlightsSource, DropFolderSource
+from tests.conftest import bundled_day, write_csv_drop
+
+REPO = Path(__file__).resolve().parents[1]
+WINTER = [f"2013-01-0{d}" for d in range(1, 9)]
+"""Days 1..7 are the training window's; the 8th is a later day like them."""
+SUMMER = ["2013-07-09", "2013-07-10"]
+SUMMER_HISTORY = [(dt.date(2013, 6, 11) + dt.timedelta(days=n)).isoformat() for n in range(28)]
+"""The 28 days before the summer days, ingested and validated only: the trailing delay features
+of a day read its four weeks of validated flights."""
+DAYS = WINTER + SUMMER
+WINDOW = {"start": "2013-01-02", "validation_start": "2013-01-05", "test_start": "2013-01-07",
+          "end": "2013-01-08"}  # fmt: skip
+MODEL = "flight_delay"
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
+# Eight days are too few for the production floor; the tests are about mechanics, not accuracy.
+LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
+
+
+@dataclass
+class World:
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    registry: MlflowRegistry
+    home: Path
+    drops: Path
+    first_training: dg.ExecuteInProcessResult | None = None
+    """The run that made champion v1 (its events are what test_deployment checks first)."""
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster_home"
+
+    def environment(self) -> Mapping[str, str]:
+        """Variables under which `dagster dev` or a subprocess sees this very world."""
+        return {
+            **os.environ,
+            "DAGSTER_HOME": str(self.dagster_home),
+            "ML_LIFECYCLE_HOME": str(self.home),
+            "ML_LIFECYCLE_DROP_FOLDER": str(self.drops),
+            "ML_LIFECYCLE_TRAIN_PROCESSES": "1",
+        }
+
+    def run(
+        self,
+        job: str,
+        partition: str | None = None,
+        ops: dict | None = None,
+        assets: list[str] | None = None,
+    ) -> dg.ExecuteInProcessResult:
+        return self.defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance,
+            partition_key=partition,
+            run_config={**QUIET, "ops": ops or {}},
+            asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
+            raise_on_error=False,
+        )
+
+    def champion(self) -> str | None:
+        version = self.registry.champion(MODEL)
+        return version.version if version else None
+
+    def train(self, train: dict, evaluation: dict | None = None) -> dg.ExecuteInProcessResult:
+        return self.run(
+            "train_model",
+            ops={
+                "trained_model": {"config": train},
+                "model_evaluation": {"config": {**LENIENT, **(evaluation or {})}},
+            },
+        )
+
+
+def make_drops(root: Path, days: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for table in ("airlines", "airports", "planes"):
+        BundledFlightsSource().read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
+    for day in days:
+        for table in ("flights", "weather"):
+            write_csv_drop(root, table, day, bundled_day(table, day))
+    return root
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    home = tmp_path_factory.mktemp("world")
+    drops = make_drops(home / "drops", SUMMER_HISTORY + DAYS)
+    resources = local_resources(home)
+    resources["source"] = DropFolderSource(root=str(drops))
+    resources["expectations"] = GreatExpectations(
+        data_docs_dir=str(home / "docs"), build_data_docs=False
+    )
+    resources["launcher"] = resources["launcher"].model_copy(update={"processes": 1})
+    registry = resources["mlflow"]
+    assert isinstance(registry, MlflowRegistry)
+    (home / "dagster_home").mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        world = World(definitions(resources), instance, registry, home, drops)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")
+            assert world.run("load_dimensions").success
+            assert world.run("apply_feature_registry").success
+            for day in SUMMER_HISTORY:
+                assert world.run("ingest_and_validate", day).success, day
+            for day in DAYS:
+                assert world.run("daily_partition", day).success, day
+            built = world.run("build_training_set", ops={"training_set": {"config": WINDOW}})
+            assert built.success
+            world.first_training = world.train(GOOD)
+            yield world
