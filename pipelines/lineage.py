@@ -1,0 +1,673 @@
+"""Lineage of a registered model version, or of one prediction: the chain back to the raw
+partitions, their data versions, the feature service, the code commit and the environment lock.
+
+    python -m pipelines.lineage model [--name flight_delay] [--version N] [--json]
+    python -m pipelines.lineage prediction 2013-01-07 20130107-9E3314-1945 [--json]
+
+Nothing here is a hand-kept list of what was used. The model version comes from the MLflow
+registry (its tags name the Dagster run that registered it, its files' sha256); the run manifest
+is the copy registered with the version, fetched sha256-verified; every materialization below
+`registered_model` is found in Dagster's event log by walking the asset graph's parents of each
+recorded materialization: an unpartitioned parent through the `dagster/input_event_pointer/<key>`
+tag Dagster wrote, a partitioned parent as the latest materialization of each mapped partition
+recorded before the child's. Dagster also records, per input, one data version for the mapped
+partitions together (sha256 of their versions in partition order); where it did, the walk
+recomputes it from the partitions it found and marks the input verified or not.
+
+A partitioned parent of an unpartitioned child (the feature tables of `training_set`, which
+Dagster maps with "all partitions") is narrowed to the days of the child's `window` metadata.
+"""
+
+import argparse
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from resources.registry import MlflowRegistry, ModelVersion
+
+MANIFEST_FILE = "manifest.json"
+ONNX_FILE = "model.onnx"
+REGISTERED_MODEL_ASSET = "registered_model"
+PREDICTIONS_ASSET = "batch_predictions"
+DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
+INPUT_VERSION_TAG = "dagster/input_data_version/"
+INPUT_POINTER_TAG = "dagster/input_event_pointer/"
+MANIFEST_FIELDS = (
+    "git_commit",
+    "lock_sha256",
+    "seed",
+    "world_size",
+    "feature_service",
+    "data_fingerprint",
+    "shards_fingerprint",
+    "dagster_run_id",
+    "image_tag",
+    "python",
+    "host",
+    "devices",
+    "libraries",
+)
+"""The manifest's facts a lineage reports (its training config stays in the registered file)."""
+SHOWN_METADATA = (
+    "model",
+    "decision",
+    "onnx_sha256",
+    "sha256",
+    "data_fingerprint",
+    "mlflow_run_id",
+    "window",
+    "dataset_fingerprint",
+    "feature_service",
+    "feature_services",
+    "declarations_version",
+)
+"""Metadata entries the text view prints when a materialization has them (JSON keeps all)."""
+_WINDOW = re.compile(r"\[(\d{4}-\d{2}-\d{2}), (\d{4}-\d{2}-\d{2})\)")
+_SHORT = 12
+
+
+class LineageError(RuntimeError):
+    """The lineage cannot be traced: an unknown version or flight, a missing record."""
+
+
+# --- The document: plain data, no Dagster -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """What one materialization read from one parent asset."""
+
+    asset: str
+    partitions: list[str] | None
+    """The parent's partitions read, in partition order; None for an unpartitioned parent."""
+    storage_ids: list[int]
+    """The parent materializations found, one per partition (or one)."""
+    recorded_data_version: str | None
+    """The data version Dagster recorded for this input; None when it recorded none."""
+    verified: bool | None
+    """Whether the found materializations give the recorded data version; None when Dagster's
+    record cannot tell (it kept only the newest partition's version, as for `deps`)."""
+
+
+@dataclass(frozen=True)
+class Materialization:
+    """One materialization of one asset (partition), as the event log records it."""
+
+    asset: str
+    partition: str | None
+    storage_id: int
+    run_id: str
+    timestamp: str
+    code_version: str | None
+    data_version: str | None
+    metadata: dict[str, Any]
+    """Its small scalar metadata (no plots, schemas or JSON documents)."""
+    inputs: list[Input] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The registered version, as the registry describes it."""
+
+    name: str
+    version: str
+    champion: bool
+    aliases: list[str]
+    gate_decision: str | None
+    weights_sha256: str | None
+    onnx_sha256: str | None
+    manifest_sha256: str | None
+    registered_by_run: str | None
+    """The Dagster run whose `registered_model` step registered it."""
+    mlflow_training_run: str | None
+    created_at: str
+    link: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One row of `batch_predictions`."""
+
+    day: str
+    flight_id: str
+    probability: float
+    predicted: bool
+    model_name: str
+    model_version: str
+    predicted_at: str
+    file: str
+    file_matches_data_version: bool
+    """Whether the file read still has the sha256 its materialization recorded."""
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A model version (and optionally a prediction it made) traced back to raw partitions."""
+
+    model: ModelFacts
+    manifest: dict[str, Any]
+    """The run manifest's facts (MANIFEST_FIELDS), from the copy registered with the version."""
+    materializations: list[Materialization]
+    """The model's chain, `registered_model` first, then parents before grandparents."""
+    prediction: Prediction | None = None
+    prediction_materializations: list[Materialization] = field(default_factory=list)
+    """The prediction's day: `batch_predictions` and its non-model ancestry."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> "Lineage":
+        def materializations(items: Iterable[Mapping[str, Any]]) -> list[Materialization]:
+            return [
+                Materialization(
+                    **{**m, "inputs": [Input(**i) for i in m.get("inputs", [])]}  # type: ignore[arg-type]
+                )
+                for m in items
+            ]
+
+        prediction = document.get("prediction")
+        return cls(
+            model=ModelFacts(**document["model"]),
+            manifest=dict(document["manifest"]),
+            materializations=materializations(document["materializations"]),
+            prediction=Prediction(**prediction) if prediction else None,
+            prediction_materializations=materializations(
+                document.get("prediction_materializations", [])
+            ),
+        )
+
+    def find(self, asset: str) -> list[Materialization]:
+        """Every materialization of `asset` in the chain (the prediction's day included)."""
+        return [
+            m
+            for m in [*self.prediction_materializations, *self.materializations]
+            if m.asset == asset
+        ]
+
+    def partitions(self, asset: str) -> dict[str, str | None]:
+        """Partition → data version of `asset` in the model's chain."""
+        return {
+            m.partition: m.data_version
+            for m in self.materializations
+            if m.asset == asset and m.partition is not None
+        }
+
+    def render(self) -> str:
+        lines: list[str] = []
+        if self.prediction is not None:
+            lines += _render_prediction(self.prediction)
+        lines += _render_model(self.model)
+        lines += _render_manifest(self.manifest, self.materializations)
+        if self.prediction_materializations:
+            lines.append(f"the prediction's day ({len(self.prediction_materializations)} records)")
+            lines += _render_materializations(self.prediction_materializations)
+        lines.append(f"the model's chain in the event log ({len(self.materializations)} records)")
+        lines += _render_materializations(self.materializations)
+        return "\n".join(lines) + "\n"
+
+
+def _render_prediction(p: Prediction) -> list[str]:
+    state = "file matches its data version" if p.file_matches_data_version else "FILE CHANGED"
+    return [
+        f"prediction {p.day} {p.flight_id}: P(delay)={p.probability:.4f}"
+        f" predicted={'delayed' if p.predicted else 'on time'} at {p.predicted_at}",
+        f"  by {p.model_name} v{p.model_version}; {p.file} ({state})",
+    ]
+
+
+def _render_model(m: ModelFacts) -> list[str]:
+    role = "champion" if m.champion else f"not champion (aliases: {m.aliases or 'none'})"
+    return [
+        f"model {m.name} v{m.version} ({role}), gate {m.gate_decision}, registered {m.created_at}",
+        f"  weights sha256   {m.weights_sha256}",
+        f"  {ONNX_FILE} sha256 {m.onnx_sha256}",
+        f"  {MANIFEST_FILE}    {m.manifest_sha256}",
+        f"  registered by Dagster run {m.registered_by_run};"
+        f" MLflow training run {m.mlflow_training_run}",
+        f"  {m.link}",
+    ]
+
+
+def _render_manifest(manifest: Mapping[str, Any], chain: Sequence[Materialization]) -> list[str]:
+    libraries = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("libraries", {}).items()))
+    registries = [m for m in chain if m.asset == "feature_registry"]
+    declarations = (
+        f" (feature_registry declarations {registries[0].code_version})" if registries else ""
+    )
+    sets = [m for m in chain if m.asset == "training_set"]
+    fingerprint = manifest.get("data_fingerprint")
+    same = ""
+    if sets:
+        same = (
+            " = training_set's data version"
+            if sets[0].data_version == fingerprint
+            else (f" ≠ training_set's data version {_short(sets[0].data_version)}")
+        )
+    return [
+        f"run manifest (the registered {MANIFEST_FILE}, sha256-verified)",
+        f"  git commit       {manifest.get('git_commit')}",
+        f"  lock sha256      {manifest.get('lock_sha256')}",
+        f"  feature service  {manifest.get('feature_service')}{declarations}",
+        f"  seed {manifest.get('seed')}, world size {manifest.get('world_size')},"
+        f" devices {manifest.get('devices')}, python {manifest.get('python')},"
+        f" image {manifest.get('image_tag')}, host {manifest.get('host')}",
+        f"  data fingerprint {fingerprint}{same}",
+        f"  trained in Dagster run {manifest.get('dagster_run_id')}",
+        f"  libraries        {libraries}",
+    ]
+
+
+def _render_materializations(chain: Sequence[Materialization]) -> list[str]:
+    lines: list[str] = []
+    by_asset: dict[str, list[Materialization]] = {}
+    for m in chain:
+        by_asset.setdefault(m.asset, []).append(m)
+    for asset, records in by_asset.items():
+        if len(records) == 1 and records[0].partition is None:
+            m = records[0]
+            lines.append(f"  {asset}  {_facts(m)}")
+            shown = {k: m.metadata[k] for k in SHOWN_METADATA if k in m.metadata}
+            if shown:
+                lines.append("      " + "  ".join(f"{k}={_short(v)}" for k, v in shown.items()))
+            if m.inputs:
+                lines.append("      ← " + ", ".join(_render_input(i) for i in m.inputs))
+            continue
+        lines.append(f"  {asset}  ({len(records)} partitions)")
+        for m in sorted(records, key=lambda r: r.partition or ""):
+            inputs = ", ".join(_render_input(i) for i in m.inputs)
+            lines.append(f"    {m.partition}  {_facts(m)}" + (f"  ← {inputs}" if inputs else ""))
+    return lines
+
+
+def _facts(m: Materialization) -> str:
+    return (
+        f"data {_short(m.data_version)}  code {m.code_version}  run {m.run_id[:8]}  {m.timestamp}"
+    )
+
+
+def _render_input(i: Input) -> str:
+    mark = {True: " ✓", False: " ≠ recorded", None: ""}[i.verified]
+    if i.partitions is None:
+        return f"{i.asset}{mark}"
+    return f"{i.asset}[{_span(i.partitions)}]{mark}"
+
+
+def _span(partitions: Sequence[str]) -> str:
+    if not partitions:
+        return "none materialized"
+    if len(partitions) == 1:
+        return partitions[0]
+    return f"{partitions[0]}..{partitions[-1]} ({len(partitions)})"
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:_SHORT] if re.fullmatch(r"[0-9a-f]{40,64}", text) else text
+
+
+def partitions_version(data_versions: Sequence[str]) -> str:
+    """The one data version Dagster records for several input partitions: sha256 of their data
+    versions joined in partition order (dagster's `_get_partitions_data_version_from_keys`)."""
+    return hashlib.sha256("".join(data_versions).encode()).hexdigest()
+
+
+def window_days(window: str) -> list[str]:
+    """The days of a `[YYYY-MM-DD, YYYY-MM-DD)` window (training_set's `window` metadata)."""
+    found = _WINDOW.fullmatch(window.strip())
+    if not found:
+        raise LineageError(f"window {window!r} is not '[YYYY-MM-DD, YYYY-MM-DD)'")
+    start, end = (dt.date.fromisoformat(d) for d in found.groups())
+    return [(start + dt.timedelta(days=n)).isoformat() for n in range((end - start).days)]
+
+
+# --- Building it from the registry and the event log ------------------------------------------
+
+
+def model_lineage(
+    instance: "dg.DagsterInstance",
+    defs: "dg.Definitions",
+    registry: "MlflowRegistry",
+    name: str,
+    version: str | None = None,
+) -> Lineage:
+    """The lineage of `name` version `version` (the champion when None), walked through the
+    asset graph of `defs` in `instance`'s event log."""
+    model = _model_version(registry, name, version)
+    run_id = model.tags.get("dagster_run_id")
+    if not run_id:
+        raise LineageError(f"{name} v{model.version}: no dagster_run_id tag; not registered by us")
+    start = _registration(instance, run_id, name, model.version)
+    chain = _walk(instance, defs.resolve_asset_graph(), [start])
+    return Lineage(
+        model=_model_facts(model),
+        manifest=_manifest(registry, model),
+        materializations=chain,
+    )
+
+
+def prediction_lineage(
+    instance: "dg.DagsterInstance",
+    defs: "dg.Definitions",
+    registry: "MlflowRegistry",
+    day: str,
+    flight_id: str,
+) -> Lineage:
+    """The lineage of one flight's prediction on `day`: its row of `batch_predictions`, that
+    day's materialization and feature partitions, and the model version that scored it."""
+    import dagster as dg
+
+    key = dg.AssetKey(PREDICTIONS_ASSET)
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
+    ).records
+    if not records:
+        raise LineageError(f"{PREDICTIONS_ASSET} has no materialization for day {day!r}")
+    record = records[0]
+    path_value = record.asset_materialization.metadata.get("path")  # type: ignore[union-attr]
+    if path_value is None:
+        raise LineageError(f"{PREDICTIONS_ASSET} {day}: its materialization records no path")
+    prediction = _prediction_row(Path(str(path_value.value)), day, flight_id, record)
+    model = model_lineage(instance, defs, registry, prediction.model_name, prediction.model_version)
+    day_chain = _walk(
+        instance, defs.resolve_asset_graph(), [record], stop={dg.AssetKey(REGISTERED_MODEL_ASSET)}
+    )
+    return dataclasses.replace(model, prediction=prediction, prediction_materializations=day_chain)
+
+
+def _model_version(registry: "MlflowRegistry", name: str, version: str | None) -> "ModelVersion":
+    from resources.registry import RegistryError
+
+    try:
+        if version is None:
+            found = registry.champion(name)
+            if found is None:
+                raise LineageError(f"{name} has no champion; name a version with --version")
+            return found
+        return registry.version(name, version)
+    except RegistryError as error:
+        raise LineageError(str(error)) from error
+
+
+def _model_facts(model: "ModelVersion") -> ModelFacts:
+    from resources.registry import CHAMPION
+
+    return ModelFacts(
+        name=model.name,
+        version=model.version,
+        champion=CHAMPION in model.aliases,
+        aliases=list(model.aliases),
+        gate_decision=model.gate_decision,
+        weights_sha256=model.tags.get("weights_sha256"),
+        onnx_sha256=model.files.get(ONNX_FILE),
+        manifest_sha256=model.files.get(MANIFEST_FILE),
+        registered_by_run=model.tags.get("dagster_run_id"),
+        mlflow_training_run=model.tags.get("training_run_id"),
+        created_at=model.created_at.isoformat(timespec="seconds"),
+        link=model.link,
+    )
+
+
+def _manifest(registry: "MlflowRegistry", model: "ModelVersion") -> dict[str, Any]:
+    if MANIFEST_FILE not in model.files:
+        raise LineageError(f"{model.name} v{model.version}: no {MANIFEST_FILE} was registered")
+    with tempfile.TemporaryDirectory(prefix="lineage-") as cache:
+        path = registry.fetch(model, MANIFEST_FILE, Path(cache))  # sha256-verified
+        document = json.loads(path.read_text())
+    return {k: document[k] for k in MANIFEST_FIELDS if k in document}
+
+
+def _registration(instance: "dg.DagsterInstance", run_id: str, name: str, version: str):
+    """The `registered_model` materialization of `run_id` that registered `name` `version`."""
+    import dagster as dg
+
+    if instance.get_run_by_id(run_id) is None:
+        raise LineageError(
+            f"{name} v{version} was registered by Dagster run {run_id}, which this instance"
+            f" ({instance.root_directory}) does not know; set DAGSTER_HOME to its instance"
+        )
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    for record in records:
+        materialization = record.asset_materialization
+        if (
+            materialization is not None
+            and materialization.asset_key == dg.AssetKey(REGISTERED_MODEL_ASSET)
+            and _value(materialization.metadata.get("model")) == f"{name} v{version}"
+        ):
+            return record
+    raise LineageError(
+        f"Dagster run {run_id} has no {REGISTERED_MODEL_ASSET} materialization of {name} v{version}"
+    )
+
+
+def _walk(
+    instance: "dg.DagsterInstance", asset_graph, starts, stop: Iterable["dg.AssetKey"] = ()
+) -> list[Materialization]:
+    """Every materialization the `starts` were made from, breadth first, each once."""
+    stop = set(stop)
+    found: dict[int, Materialization] = {}
+    queue = list(starts)
+    while queue:
+        record = queue.pop(0)
+        if record.storage_id in found:
+            continue
+        materialization = record.asset_materialization
+        key = materialization.asset_key
+        inputs = []
+        if asset_graph.has(key):
+            for parent in sorted(asset_graph.get(key).parent_keys, key=lambda k: k.path):
+                if parent in stop:
+                    continue
+                parents, read = _parents(instance, asset_graph, record, parent)
+                inputs.append(read)
+                queue.extend(parents)
+        found[record.storage_id] = _materialization(record, inputs)
+    return list(found.values())
+
+
+def _parents(instance, asset_graph, record, parent):
+    """The parent's materializations `record` was made from, and the Input describing them."""
+    import dagster as dg
+
+    materialization = record.asset_materialization
+    tags = materialization.tags or {}
+    name = parent.to_user_string()
+    recorded = tags.get(INPUT_VERSION_TAG + name)
+    pointer = tags.get(INPUT_POINTER_TAG + name)
+    if asset_graph.get(parent).partitions_def is None:
+        if pointer is not None:
+            parents = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=parent, storage_ids=[int(pointer)]), limit=1
+            ).records
+        else:
+            parents = _latest_before(instance, parent, None, record.storage_id)
+        versions = [_data_version(p) for p in parents]
+        verified = None if recorded is None else versions == [recorded]
+        return parents, Input(name, None, [p.storage_id for p in parents], recorded, verified)
+    partitions = _parent_partitions(asset_graph, record, parent)
+    parents = [
+        p for day in partitions for p in _latest_before(instance, parent, day, record.storage_id)
+    ]
+    versions = [_data_version(p) or "" for p in parents]
+    verified = None
+    if recorded is not None:
+        if partitions_version(versions) == recorded:
+            verified = True
+        elif pointer is None or recorded != _pointed_version(instance, parent, int(pointer)):
+            verified = False  # else Dagster kept only the newest partition's version: no check
+    read = Input(
+        name,
+        [p.asset_materialization.partition for p in parents],
+        [p.storage_id for p in parents],
+        recorded,
+        verified,
+    )
+    return parents, read
+
+
+def _parent_partitions(asset_graph, record, parent) -> list[str]:
+    materialization = record.asset_materialization
+    key = materialization.asset_key
+    parent_partitions = asset_graph.get(parent).partitions_def
+    if materialization.partition is None:
+        window = _value(materialization.metadata.get("window"))
+        if window is None:
+            raise LineageError(
+                f"{key.to_user_string()} (storage id {record.storage_id}) reads every partition"
+                f" of {parent.to_user_string()} and records no window to narrow them to"
+            )
+        days = window_days(str(window))
+        return [d for d in days if parent_partitions.has_partition_key(d)]
+    mapped = asset_graph.get_parent_partition_keys_for_child(materialization.partition, parent, key)
+    return sorted(mapped.partitions_subset.get_partition_keys())
+
+
+def _latest_before(instance, key, partition: str | None, storage_id: int) -> list:
+    import dagster as dg
+
+    return list(
+        instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=key,
+                asset_partitions=[partition] if partition is not None else None,
+                before_storage_id=storage_id,
+            ),
+            limit=1,
+        ).records
+    )
+
+
+def _pointed_version(instance, key, storage_id: int) -> str | None:
+    import dagster as dg
+
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, storage_ids=[storage_id]), limit=1
+    ).records
+    return _data_version(records[0]) if records else None
+
+
+def _data_version(record) -> str | None:
+    return (record.asset_materialization.tags or {}).get(DATA_VERSION_TAG)
+
+
+def _materialization(record, inputs: list[Input]) -> Materialization:
+    m = record.asset_materialization
+    tags = m.tags or {}
+    return Materialization(
+        asset=m.asset_key.to_user_string(),
+        partition=m.partition,
+        storage_id=record.storage_id,
+        run_id=record.run_id,
+        timestamp=dt.datetime.fromtimestamp(record.timestamp, tz=dt.UTC).isoformat(
+            timespec="seconds"
+        ),
+        code_version=tags.get(CODE_VERSION_TAG),
+        data_version=tags.get(DATA_VERSION_TAG),
+        metadata={
+            k: value
+            for k, v in m.metadata.items()
+            if not k.startswith("dagster/") and _is_small(value := _value(v))
+        },
+        inputs=inputs,
+    )
+
+
+def _value(entry) -> Any:
+    return None if entry is None else entry.value
+
+
+def _is_small(value: Any) -> bool:
+    if isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and len(value) <= 200 and "\n" not in value
+
+
+def _prediction_row(path: Path, day: str, flight_id: str, record) -> Prediction:
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise LineageError(f"{PREDICTIONS_ASSET} {day}: {path} is gone")
+    rows = pq.read_table(path, filters=[("flight_id", "=", flight_id)]).to_pylist()
+    if not rows:
+        raise LineageError(f"{PREDICTIONS_ASSET} {day} has no prediction for flight {flight_id!r}")
+    if len(rows) > 1:
+        raise LineageError(
+            f"{PREDICTIONS_ASSET} {day} holds flight {flight_id!r} {len(rows)} times"
+        )
+    row = rows[0]
+    with path.open("rb") as source:
+        digest = hashlib.file_digest(source, "sha256").hexdigest()
+    return Prediction(
+        day=day,
+        flight_id=flight_id,
+        probability=float(row["probability"]),
+        predicted=bool(row["predicted"]),
+        model_name=str(row["model_name"]),
+        model_version=str(row["model_version"]),
+        predicted_at=row["predicted_at"].isoformat(timespec="seconds"),
+        file=str(path),
+        file_matches_data_version=digest == _data_version(record),
+    )
+
+
+# --- The command line ---------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.lineage", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+    commands = parser.add_subparsers(dest="command", required=True)
+    model = commands.add_parser("model", help="the lineage of a registered model version")
+    model.add_argument("--name", default="flight_delay", help="registered model name")
+    model.add_argument("--version", help="version number (default: the champion)")
+    prediction = commands.add_parser("prediction", help="the lineage of one batch prediction")
+    prediction.add_argument("day", help="the batch_predictions partition, YYYY-MM-DD")
+    prediction.add_argument("flight_id", help="e.g. 20130107-9E3314-1945")
+    for sub in (model, prediction):  # accepted after the command as well
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    import dagster as dg
+
+    from pipelines.definitions import _registry, defs, local_home
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home or not Path(home).is_dir():
+        sys.stderr.write(
+            f"lineage: DAGSTER_HOME={home!r} is not the folder of a Dagster instance\n"
+        )
+        return 2
+    registry = _registry(local_home())
+    try:
+        with dg.DagsterInstance.get() as instance:
+            if args.command == "model":
+                lineage = model_lineage(instance, defs, registry, args.name, args.version)
+            else:
+                lineage = prediction_lineage(instance, defs, registry, args.day, args.flight_id)
+    except LineageError as error:
+        sys.stderr.write(f"lineage: {error}\n")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(lineage.to_dict(), indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(lineage.render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""`pipelines.lineage` on the trained world: the champion and one of its predictions traced back
+to the raw partitions, checked against the event log and the registered manifest."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.lineage import (
+    Lineage,
+    LineageError,
+    model_lineage,
+    prediction_lineage,
+    window_days,
+)
+from tests.world import MODEL, REPO, World
+
+pytestmark = pytest.mark.integration
+
+SCORED_DAY = "2013-01-07"
+
+
+def champion_lineage(world: World) -> Lineage:
+    return model_lineage(world.instance, world.defs, world.registry, MODEL)
+
+
+def scored_flight(world: World) -> str:
+    """A flight of SCORED_DAY as the champion scored it now."""
+    assert world.run("score_flights", SCORED_DAY).success
+    path = world.home / "lake" / "batch_predictions" / f"{SCORED_DAY}.parquet"
+    return str(pq.read_table(path, columns=["flight_id"]).column("flight_id")[0])
+
+
+def registered_manifest(world: World, tmp_path: Path) -> dict:
+    champion = world.registry.champion(MODEL)
+    assert champion is not None
+    return json.loads(world.registry.fetch(champion, "manifest.json", tmp_path).read_text())
+
+
+def event_log_version(world: World, asset: str, partition: str, before: int) -> str | None:
+    """The data version of the partition's latest materialization before storage id `before`."""
+    records = world.instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(asset), asset_partitions=[partition], before_storage_id=before
+        ),
+        limit=1,
+    ).records
+    assert records, f"{asset} {partition} is not in the event log"
+    return (records[0].asset_materialization.tags or {}).get("dagster/data_version")  # type: ignore[union-attr]
+
+
+def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(world: World):
+    lineage = champion_lineage(world)
+
+    assert lineage.model.version == world.champion()
+    assert lineage.model.champion
+    assert lineage.model.gate_decision == "promote"
+    (training_set,) = lineage.find("training_set")
+    days = window_days(training_set.metadata["window"])
+    assert days[0] == "2013-01-02"
+    assert lineage.manifest["data_fingerprint"] == training_set.data_version
+    for raw in ("raw_flights", "raw_weather"):
+        partitions = lineage.partitions(raw)
+        assert set(days) <= set(partitions), raw
+        for day, version in partitions.items():
+            expected = event_log_version(world, raw, day, training_set.storage_id)
+            assert version == expected, (raw, day)
+    # The trailing delay history reaches the day before the window.
+    assert "2013-01-01" in lineage.partitions("raw_flights")
+    assert {"planes", "airports", "airlines", "feature_registry"} <= {
+        m.asset for m in lineage.materializations
+    }
+    # Every input whose recorded data version can be checked matches what the walk found.
+    inputs = [i for m in lineage.materializations for i in m.inputs]
+    assert [i for i in inputs if i.verified is False] == []
+    assert any(i.verified for i in inputs if i.partitions and len(i.partitions) > 1)
+
+
+def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tmp_path: Path):
+    lineage = champion_lineage(world)
+    manifest = registered_manifest(world, tmp_path)
+
+    for name in ("feature_service", "git_commit", "lock_sha256", "seed", "world_size"):
+        assert lineage.manifest[name] == manifest[name], name
+    (trained,) = lineage.find("trained_model")
+    assert lineage.manifest["dagster_run_id"] == trained.run_id
+    (registry,) = lineage.find("feature_registry")
+    assert manifest["feature_service"] in registry.metadata["feature_services"]
+    text = lineage.render()
+    for fact in (manifest["git_commit"], manifest["lock_sha256"], manifest["feature_service"]):
+        assert fact in text
+
+
+def test_a_prediction_resolves_to_its_model_versions_chain(world: World):
+    flight = scored_flight(world)
+
+    lineage = prediction_lineage(world.instance, world.defs, world.registry, SCORED_DAY, flight)
+
+    assert lineage.prediction is not None
+    assert lineage.prediction.flight_id == flight
+    assert lineage.prediction.file_matches_data_version
+    assert lineage.model.version == lineage.prediction.model_version == world.champion()
+    model = champion_lineage(world)
+    assert [m.storage_id for m in lineage.materializations] == [
+        m.storage_id for m in model.materializations
+    ]
+    (scored,) = lineage.find("batch_predictions")
+    assert scored.partition == SCORED_DAY
+    # The day's own feature partitions, not the training window's.
+    read = {i.asset: i.partitions for i in scored.inputs}
+    assert read and all(partitions == [SCORED_DAY] for partitions in read.values())
+    tables = [m for m in lineage.prediction_materializations if m.asset in read]
+    assert {m.asset for m in tables} == set(read)
+    assert {m.partition for m in tables} == {SCORED_DAY}
+    assert {m.asset for m in lineage.prediction_materializations} >= {"raw_flights", "raw_weather"}
+    assert "registered_model" not in {m.asset for m in lineage.prediction_materializations}
+    assert Lineage.from_dict(json.loads(json.dumps(lineage.to_dict()))) == lineage
+
+
+def test_an_unknown_version_or_flight_is_named_in_the_error(world: World):
+    with pytest.raises(LineageError, match="version 999 does not exist"):
+        model_lineage(world.instance, world.defs, world.registry, MODEL, "999")
+    with pytest.raises(LineageError, match="'no-such-flight'"):
+        prediction_lineage(world.instance, world.defs, world.registry, SCORED_DAY, "no-such-flight")
+    with pytest.raises(LineageError, match="no materialization for day '2013-12-30'"):
+        prediction_lineage(world.instance, world.defs, world.registry, "2013-12-30", "x")
+
+
+def lineage_command(world: World, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.lineage", *args],
+        cwd=REPO,
+        env=dict(world.environment()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_command_prints_the_chain(world: World):
+    flight = scored_flight(world)
+
+    model = lineage_command(world, "model", "--json")
+    assert model.returncode == 0, model.stderr
+    document = Lineage.from_dict(json.loads(model.stdout))
+    assert document.model.version == world.champion()
+    assert set(window_days("[2013-01-02, 2013-01-08)")) <= set(document.partitions("raw_flights"))
+
+    text = lineage_command(world, "prediction", SCORED_DAY, flight)
+    assert text.returncode == 0, text.stderr
+    assert f"prediction {SCORED_DAY} {flight}" in text.stdout
+    assert f"model {MODEL} v{world.champion()}" in text.stdout
+    assert "raw_flights" in text.stdout
+
+    unknown = lineage_command(world, "model", "--version", "999")
+    assert unknown.returncode == 2
+    assert "version 999 does not exist" in unknown.stderr
