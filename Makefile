@@ -13,7 +13,7 @@ ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
 export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
 
-.PHONY: help venv run test dev mlflow bench lint lock clean
+.PHONY: help venv run test dev mlflow bench lineage lint lock clean
 
 help:
 	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
@@ -21,6 +21,7 @@ help:
 	@echo "make dev    open the Dagster UI on http://127.0.0.1:3000"
 	@echo "make mlflow open the MLflow UI on http://127.0.0.1:5000 (training runs)"
 	@echo "make bench  print the performance ratios (docs/benchmarks.md)"
+	@echo "make lineage  trace a model or prediction to its raw data (ARGS=\"model --version 1\")"
 	@echo "make lint   ruff + pyright"
 	@echo "make lock   re-resolve requirements.lock from pyproject.toml"
 	@echo "make clean  remove .local/ (all local state)"
@@ -53,6 +54,9 @@ mlflow: $(ENV_STAMP)
 
 bench: $(ENV_STAMP)
 	$(BIN)/python -m benchmarks
+
+lineage: $(ENV_STAMP)
+	$(BIN)/python -m pipelines.lineage $(ARGS)
 
 lint: $(ENV_STAMP)
 	$(BIN)/ruff check .
