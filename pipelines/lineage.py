@@ -286,7 +286,8 @@ def _render_materializations(chain: Sequence[Materialization]) -> list[str]:
             if m.inputs:
                 lines.append("      ← " + ", ".join(_render_input(i) for i in m.inputs))
             continue
-        lines.append(f"  {asset}  ({len(records)} partitions)")
+        plural = "" if len(records) == 1 else "s"
+        lines.append(f"  {asset}  ({len(records)} partition{plural})")
         for m in sorted(records, key=lambda r: r.partition or ""):
             inputs = ", ".join(_render_input(i) for i in m.inputs)
             lines.append(f"    {m.partition}  {_facts(m)}" + (f"  ← {inputs}" if inputs else ""))
