@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
+from assets import EXTERNAL_RETRY
 from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, model_evaluation
 from assets.training import TrainedRun
 from resources.lake import from_document
 from resources.registry import MlflowRegistry, RegistryError
-from resources.serving import MODEL_FILE
+from resources.serving import MODEL_FILE, REFERENCE_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +56,8 @@ class OnnxModel:
     """The PyTorch weights it was exported from (the ones the gate judged)."""
     parity: dict[str, Any]
     quantized: bool
+    drift_reference: str = ""
+    """Training rows with the served file's scores, registered with it (`ml.drift`)."""
 
 
 @dg.asset(
@@ -132,6 +135,7 @@ def onnx_model(
     served, int8 = exported, {}
     if config.quantize and report.passed:
         served, int8 = _quantized(exported, test, trained.config.data.label, config)
+    reference = _drift_reference(Path(served.path), training_set[training_set[split] == "train"])
     yield dg.Output(
         OnnxModel(
             path=str(served.path),
@@ -139,6 +143,7 @@ def onnx_model(
             weights_sha256=trained.weights_sha256,
             parity=report.as_dict(),
             quantized=served is not exported,
+            drift_reference=str(reference),
         ),
         metadata={
             "path": dg.MetadataValue.path(str(served.path)),
@@ -149,9 +154,29 @@ def onnx_model(
             "max_abs_error": report.max_abs_error,
             "max_rel_error": report.max_rel_error,
             "properties": dg.MetadataValue.json(dict(served.properties)),
+            "drift_reference": dg.MetadataValue.path(str(reference)),
             **int8,
         },
     )
+
+
+def _drift_reference(served: Path, train: "pd.DataFrame") -> Path:
+    """What `feature_drift` compares days with: a seeded sample of the training split's raw
+    features, each row scored by the very file that will be served."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ml.drift import SCORE, reference_sample
+    from ml.files import atomic_write
+    from ml.predict import Scorer
+
+    scorer = Scorer.load(served)
+    sample = reference_sample(train[scorer.features])
+    frame = sample.assign(**{SCORE: scorer.predict(sample)})
+    path = served.with_name(REFERENCE_FILE)
+    with atomic_write(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    return path
 
 
 def _quantized(exported, test: "pd.DataFrame", label: str, config: OnnxModelConfig):
@@ -202,6 +227,7 @@ class RegisteredModel:
     code_version="1",
     io_manager_key="documents",
     pool=REGISTRY_POOL,
+    retry_policy=EXTERNAL_RETRY,
 )
 def registered_model(
     context: dg.AssetExecutionContext,
@@ -245,7 +271,12 @@ def registered_model(
     )
     registered = mlflow.register(
         REGISTERED_MODEL,
-        files={MODEL_FILE: stamped.path},
+        files={
+            MODEL_FILE: stamped.path,
+            **(
+                {REFERENCE_FILE: Path(exported.drift_reference)} if exported.drift_reference else {}
+            ),
+        },
         documents={
             GATE_REPORT: evaluation.report,
             "metrics.json": evaluation.report["challenger"],

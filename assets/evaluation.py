@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
+from assets import EXTERNAL_RETRY
 from assets.training import TrainedRun, trained_model
 from resources.lake import from_document
 from resources.serving import ModelServing
@@ -126,6 +127,7 @@ class ModelEvaluation:
     kinds={"pytorch", "onnx"},
     code_version="1",
     io_manager_key="documents",
+    retry_policy=EXTERNAL_RETRY,  # fetches the champion from MLflow
     check_specs=[
         dg.AssetCheckSpec(name, asset="model_evaluation", description=text, blocking=True)
         for name, text in GATE_RULES.items()

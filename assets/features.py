@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from assets import EXTERNAL_RETRY
 from assets.ingestion import airports, planes
 from assets.validation import publish_flights, publish_weather
 from pipelines.partitions import DATA_TIMEZONE, daily_partitions, partition_day
@@ -149,6 +150,7 @@ FEATURE_TABLES = [
     kinds={"feast"},
     code_version=declarations_version(DEFAULT_REPO),
     pool=REGISTRY_POOL,
+    retry_policy=EXTERNAL_RETRY,
 )
 def feature_registry(feature_store: FeastFeatureStore) -> dg.MaterializeResult:
     """The Feast registry: feature_repo/'s entities, views and services, applied."""
@@ -171,6 +173,7 @@ def feature_registry(feature_store: FeastFeatureStore) -> dg.MaterializeResult:
     kinds={"feast", "sqlite"},
     code_version="1",
     pool=REGISTRY_POOL,
+    retry_policy=EXTERNAL_RETRY,
 )
 def online_features(
     context: dg.AssetExecutionContext, feature_store: FeastFeatureStore
@@ -219,6 +222,7 @@ class TrainingSetConfig(dg.Config):
     kinds={"pandas", "parquet", "feast"},
     io_manager_key="lake",
     code_version="1",
+    retry_policy=EXTERNAL_RETRY,
 )
 def training_set(
     context: dg.AssetExecutionContext, config: TrainingSetConfig, feature_store: FeastFeatureStore

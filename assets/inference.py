@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from assets import EXTERNAL_RETRY
 from assets.deployment import registered_model
 from assets.evaluation import REGISTERED_MODEL
 from assets.features import FEATURE_TABLES
@@ -44,6 +45,10 @@ class BatchPredictionsConfig(dg.Config):
     group_name=INFERENCE,
     kinds={"onnx", "parquet", "feast"},
     code_version="1",
+    # Before the first champion there is nothing to score with: the nightly job still ingests
+    # and publishes the day, and this step says why it made nothing (downstream is skipped).
+    output_required=False,
+    retry_policy=EXTERNAL_RETRY,
 )
 def batch_predictions(
     context: dg.AssetExecutionContext,
@@ -51,17 +56,17 @@ def batch_predictions(
     feature_store: FeastFeatureStore,
     serving: ModelServing,
     lake_files: LakeFiles,
-) -> dg.MaterializeResult:
+):
     """P(arrival delayed) for each flight of the day, by the champion, with its version."""
     from ml.predict import score_to_parquet
 
     served = serving.champion(REGISTERED_MODEL)
     if served is None:
-        raise dg.Failure(
-            f"batch_predictions {context.partition_key}: no champion of {REGISTERED_MODEL} yet;"
-            " run the `train_model` job until a model passes the gate",
-            allow_retries=False,
+        context.log.warning(
+            f"batch_predictions {context.partition_key}: no champion of {REGISTERED_MODEL} yet,"
+            " nothing scored; run the `retrain` job until a model passes the gate"
         )
+        return
     properties = served.scorer.properties
     service = properties["feature_service"]
     window = context.partition_time_window
@@ -89,7 +94,7 @@ def batch_predictions(
         },
         threshold=float(properties["threshold"]),
     )
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "dagster/row_count": summary.rows,
             "model": served.label,

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from assets import EXTERNAL_RETRY
 from assets.contracts import FLIGHTS, WEATHER
 from pipelines.partitions import daily_partitions, partition_day
 from resources.expectations import TableContract
@@ -43,6 +44,7 @@ def _lake_asset(name: str, description: str, partitions_def: dg.PartitionsDefini
         group_name=INGESTION,
         kinds=KINDS,
         io_manager_key="lake",
+        retry_policy=EXTERNAL_RETRY,  # the source may be a network share or an object store
     )
 
 

@@ -69,6 +69,7 @@ class TrainedRun:
     # A retry resumes from the run's last complete checkpoint (same output folder); refused
     # config or input is never retried (the launcher raises Failure(allow_retries=False)).
     retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
+    pool="training",  # one training at a time: it takes every core (dagster.yaml)
 )
 def trained_model(
     context: dg.AssetExecutionContext,

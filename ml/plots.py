@@ -153,3 +153,28 @@ def _value(found: SliceMetrics | None, metric: str) -> float:
     if found is None or found.metrics is None:
         return math.nan
     return getattr(found.metrics, metric)
+
+
+def drift_bars(
+    psi: Mapping[str, float], levels: Mapping[str, str], warn: float, fail: float
+) -> bytes:
+    """PSI per column, worst at the top, coloured by level, the two thresholds as lines (the
+    axis is logarithmic: drifts range over four orders of magnitude)."""
+    colours = {"ok": "tab:green", "warn": "tab:orange", "fail": "tab:red"}
+    names = sorted(psi, key=lambda n: psi[n] if math.isfinite(psi[n]) else math.inf)
+    values = [max(psi[n], 1e-4) if math.isfinite(psi[n]) else 1e3 for n in names]
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 0.22 * len(names) + 1.2), dpi=100)
+    try:
+        axes.barh(range(len(names)), values, color=[colours[levels[n]] for n in names])
+        axes.set_yticks(range(len(names)), [n.split("__")[-1] for n in names], fontsize=7)
+        axes.set_xscale("log")
+        axes.axvline(warn, color="tab:orange", linestyle="--", label=f"warn (PSI {warn:g})")
+        axes.axvline(fail, color="tab:red", linestyle="--", label=f"fail (PSI {fail:g})")
+        axes.set_xlabel("population stability index vs the training reference")
+        axes.legend(fontsize=8, loc="lower right")
+        axes.grid(axis="x", alpha=0.3)
+        figure.tight_layout()
+        return _png(figure)
+    finally:
+        plt.close(figure)

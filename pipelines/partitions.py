@@ -32,3 +32,24 @@ def partition_day(partition_key: str) -> dt.date:
     if day.isoformat() != partition_key:
         raise ValueError(f"partition key {partition_key!r} is not a YYYY-MM-DD day")
     return day
+
+
+SPLIT_SHARES = (0.70, 0.15)
+"""Train and validation shares of a training window's days; the test part gets the rest."""
+
+
+def training_config(start: dt.date, last: dt.date) -> dict[str, str]:
+    """`training_set` config over the days [start, last], split 70/15/15 by day (at least a day
+    each): what `make run`, the nightly retrain and the drift sensor all train on."""
+    end = last + dt.timedelta(days=1)
+    days = (end - start).days
+    if days < 3:
+        raise ValueError(f"a training window needs at least 3 days, got [{start}, {last}]")
+    validation = min(max(int(days * SPLIT_SHARES[0]), 1), days - 2)
+    test = min(max(int(days * sum(SPLIT_SHARES)), validation + 1), days - 1)
+    return {
+        "start": start.isoformat(),
+        "validation_start": (start + dt.timedelta(days=validation)).isoformat(),
+        "test_start": (start + dt.timedelta(days=test)).isoformat(),
+        "end": end.isoformat(),
+    }

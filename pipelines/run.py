@@ -29,8 +29,6 @@ DEFAULT_END = "2013-02-28"
 HISTORY_DAYS = 28
 """Days processed before the training window, so its trailing-delay features have their history
 (fewer at the start of the data)."""
-SPLIT_SHARES = (0.70, 0.15)
-"""Train and validation shares of the training set's days; the test part gets the rest."""
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -100,20 +98,6 @@ class AssetRun:
     def metadata(self) -> dict[str, object]:
         """The metadata of the run's last materialization."""
         return list(self.assets.values())[-1] if self.assets else {}
-
-
-def training_config(start: dt.date, last: dt.date) -> dict[str, str]:
-    """The training set over [start, last], split 70/15/15 by day (at least a day each)."""
-    end = last + dt.timedelta(days=1)
-    days = (end - start).days
-    validation = min(max(int(days * SPLIT_SHARES[0]), 1), days - 2)
-    test = min(max(int(days * sum(SPLIT_SHARES)), validation + 1), days - 1)
-    return {
-        "start": start.isoformat(),
-        "validation_start": (start + dt.timedelta(days=validation)).isoformat(),
-        "test_start": (start + dt.timedelta(days=test)).isoformat(),
-        "end": end.isoformat(),
-    }
 
 
 def run_asset(
@@ -308,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
     from pipelines.definitions import REPO_ROOT, defs, local_home
-    from pipelines.partitions import daily_partitions
+    from pipelines.partitions import daily_partitions, training_config
 
     home = local_home()
     ensure_dagster_home(home, REPO_ROOT)

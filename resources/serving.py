@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from resources.registry import CHAMPION, MlflowRegistry, ModelVersion
+from resources.registry import CHAMPION, MlflowRegistry, ModelVersion, RegistryError
 
 if TYPE_CHECKING:
     from ml.predict import Scorer
 
 MODEL_FILE = "model.onnx"
 """The served graph's artifact name in a registered version."""
+REFERENCE_FILE = "drift_reference.parquet"
+"""Training rows and the served graph's scores for them: what drift is measured against."""
 
 
 @dataclass(frozen=True)
@@ -54,5 +56,14 @@ class ModelServing(dg.ConfigurableResource):
         scorer = Scorer.load(path, expected_sha256=version.sha256, threads=self.threads)
         return ServedModel(version, scorer)
 
+    def drift_reference(self, version: ModelVersion) -> Path:
+        """The verified local copy of the version's drift reference (`ml.drift`)."""
+        if REFERENCE_FILE not in version.files:
+            raise RegistryError(
+                f"{version.name} v{version.version} was registered without {REFERENCE_FILE}"
+                " (before drift monitoring existed); retrain to get a reference"
+            )
+        return self.registry.fetch(version, REFERENCE_FILE, Path(self.cache_dir))
 
-__all__ = ["CHAMPION", "MODEL_FILE", "ModelServing", "ServedModel"]
+
+__all__ = ["CHAMPION", "MODEL_FILE", "REFERENCE_FILE", "ModelServing", "ServedModel"]

@@ -1,8 +1,8 @@
 """One trained world for the tests that need a champion: real days of winter and summer ingested
-through `daily_partition`, a training set over early January, and a first model trained by
+through `daily_partition`, a training set over early February, and a first model trained by
 torchrun, gated, exported and registered as champion v1.
 
-It is built once per session (about two and a half minutes) and shared by the deployment,
+It is built once per session (about three and a half minutes) and shared by the deployment,
 monitoring, lineage and UI tests. Its Dagster instance is an ordinary one under `dagster_home`
 with the project's dagster.yaml, so `dagster dev` can be started on it (`World.environment`).
 Tests that change the world say how in their docstring; none may leave the champion without a
@@ -22,20 +22,28 @@ import pytest
 
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
+from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import BundledFlightsSource, DropFolderSource
 from tests.conftest import bundled_day, write_csv_drop
 
 REPO = Path(__file__).resolve().parents[1]
-WINTER = [f"2013-01-0{d}" for d in range(1, 9)]
-"""Days 1..7 are the training window's; the 8th is a later day like them."""
+
+
+def _days(first: dt.date, count: int) -> list[str]:
+    return [(first + dt.timedelta(days=n)).isoformat() for n in range(count)]
+
+
+WINTER = _days(dt.date(2013, 2, 1), 8)
+"""Days 2..7 are the training window's; the 8th is a later day like them."""
 SUMMER = ["2013-07-09", "2013-07-10"]
-SUMMER_HISTORY = [(dt.date(2013, 6, 11) + dt.timedelta(days=n)).isoformat() for n in range(28)]
-"""The 28 days before the summer days, ingested and validated only: the trailing delay features
-of a day read its four weeks of validated flights."""
+HISTORY = _days(dt.date(2013, 1, 4), 28) + _days(dt.date(2013, 6, 11), 28)
+"""The four weeks before the winter and the summer days, ingested and validated only: a day's
+trailing delay features read its 28 previous days of validated flights, and a window without
+them would drift from one with them by construction."""
 DAYS = WINTER + SUMMER
-WINDOW = {"start": "2013-01-02", "validation_start": "2013-01-05", "test_start": "2013-01-07",
-          "end": "2013-01-08"}  # fmt: skip
+WINDOW = {"start": "2013-02-02", "validation_start": "2013-02-05", "test_start": "2013-02-07",
+          "end": "2013-02-08"}  # fmt: skip
 MODEL = "flight_delay"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
@@ -109,13 +117,15 @@ def make_drops(root: Path, days: list[str]) -> Path:
 @pytest.fixture(scope="session")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = tmp_path_factory.mktemp("world")
-    drops = make_drops(home / "drops", SUMMER_HISTORY + DAYS)
+    drops = make_drops(home / "drops", HISTORY + DAYS)
     resources = local_resources(home)
     resources["source"] = DropFolderSource(root=str(drops))
     resources["expectations"] = GreatExpectations(
         data_docs_dir=str(home / "docs"), build_data_docs=False
     )
-    resources["launcher"] = resources["launcher"].model_copy(update={"processes": 1})
+    launcher = resources["launcher"]
+    assert isinstance(launcher, LocalTorchrun)
+    resources["launcher"] = launcher.model_copy(update={"processes": 1})
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
@@ -126,7 +136,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")
             assert world.run("load_dimensions").success
             assert world.run("apply_feature_registry").success
-            for day in SUMMER_HISTORY:
+            for day in HISTORY:
                 assert world.run("ingest_and_validate", day).success, day
             for day in DAYS:
                 assert world.run("daily_partition", day).success, day

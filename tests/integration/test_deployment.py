@@ -14,7 +14,7 @@ from tests.world import GOOD, LENIENT, MODEL, World
 
 pytestmark = pytest.mark.integration
 
-SCORED_DAY = "2013-01-07"
+SCORED_DAY = "2013-02-07"
 # A model that has hardly left its random start: worse than any trained champion.
 WORSE = {"optim": {"max_epochs": 1, "lr": 1e-6}}
 SERVING = ["model_evaluation", "onnx_model", "registered_model"]

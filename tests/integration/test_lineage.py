@@ -17,11 +17,11 @@ from pipelines.lineage import (
     prediction_lineage,
     window_days,
 )
-from tests.world import MODEL, REPO, World
+from tests.world import MODEL, REPO, WINDOW, World
 
 pytestmark = pytest.mark.integration
 
-SCORED_DAY = "2013-01-07"
+SCORED_DAY = "2013-02-07"
 
 
 def champion_lineage(world: World) -> Lineage:
@@ -61,7 +61,7 @@ def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(wor
     assert lineage.model.gate_decision == "promote"
     (training_set,) = lineage.find("training_set")
     days = window_days(training_set.metadata["window"])
-    assert days[0] == "2013-01-02"
+    assert days[0] == WINDOW["start"]
     assert lineage.manifest["data_fingerprint"] == training_set.data_version
     for raw in ("raw_flights", "raw_weather"):
         partitions = lineage.partitions(raw)
@@ -70,7 +70,7 @@ def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(wor
             expected = event_log_version(world, raw, day, training_set.storage_id)
             assert version == expected, (raw, day)
     # The trailing delay history reaches the day before the window.
-    assert "2013-01-01" in lineage.partitions("raw_flights")
+    assert "2013-02-01" in lineage.partitions("raw_flights")
     assert {"planes", "airports", "airlines", "feature_registry"} <= {
         m.asset for m in lineage.materializations
     }
@@ -148,7 +148,9 @@ def test_the_command_prints_the_chain(world: World):
     assert model.returncode == 0, model.stderr
     document = Lineage.from_dict(json.loads(model.stdout))
     assert document.model.version == world.champion()
-    assert set(window_days("[2013-01-02, 2013-01-08)")) <= set(document.partitions("raw_flights"))
+    assert set(window_days(f"[{WINDOW['start']}, {WINDOW['end']})")) <= set(
+        document.partitions("raw_flights")
+    )
 
     text = lineage_command(world, "prediction", SCORED_DAY, flight)
     assert text.returncode == 0, text.stderr

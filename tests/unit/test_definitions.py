@@ -59,6 +59,7 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
         "onnx_model",
         "registered_model",
         "batch_predictions",
+        "feature_drift",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {
@@ -69,6 +70,7 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
             for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
         ),
         ("onnx_model", "onnx_parity"),
+        ("feature_drift", "drift_within_thresholds"),
     }
     assert graph.get(dg.AssetKey("onnx_model")).parent_keys == {
         dg.AssetKey("model_evaluation"),
@@ -92,8 +94,67 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
         k.to_user_string()
         for k in defs.resolve_job_def("daily_partition").asset_layer.executable_asset_keys
     }
-    assert "online_features" in nightly and "raw_flights" in nightly
+    assert {"raw_flights", "online_features", "batch_predictions", "feature_drift"} <= nightly
     assert not nightly & {"feature_registry", "training_set", "planes"}
+    retrain_all = {
+        k.to_user_string()
+        for k in defs.resolve_job_def("retrain").asset_layer.executable_asset_keys
+    }
+    assert retrain_all == {"training_set", *retrain}
+
+
+GROUPS = {
+    "ingestion",
+    "validation",
+    "features",
+    "training",
+    "evaluation",
+    "deployment",
+    "inference",
+    "monitoring",
+}
+KINDS = {"pandas", "great_expectations", "feast", "pytorch", "onnx", "mlflow", "parquet", "sqlite"}
+
+
+def test_every_asset_has_a_group_kinds_an_owner_a_description_and_a_code_version():
+    from pipelines.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    seen_groups = set()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        spec = node.assets_def.specs_by_key[key]
+        name = key.to_user_string()
+        assert spec.group_name in GROUPS, name
+        seen_groups.add(spec.group_name)
+        assert spec.kinds and spec.kinds <= KINDS, (name, spec.kinds)
+        assert spec.owners and all(o.startswith("team:") for o in spec.owners), name
+        assert spec.description and len(spec.description) > 20, name
+        assert spec.code_version, name
+    assert seen_groups == GROUPS
+
+
+def test_steps_that_talk_to_other_systems_retry_and_runs_carry_their_limits():
+    from pipelines.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    external = ["raw_flights", "feature_registry", "online_features", "training_set"]
+    external += ["registered_model", "batch_predictions", "feature_drift", "trained_model"]
+    for name in external:
+        policy = graph.get(dg.AssetKey(name)).assets_def.op.retry_policy
+        assert policy is not None and policy.max_retries >= 1, name
+    # Pure computation over the lake is not retried: it would fail the same way again.
+    assert graph.get(dg.AssetKey("carrier_history")).assets_def.op.retry_policy is None
+    for job in ("daily_partition", "retrain", "score_flights"):
+        tags = defs.resolve_job_def(job).tags
+        assert int(tags["dagster/max_runtime"]) > 0, job
+        assert (
+            tags["dagster/max_retries"] == "1"
+            and tags["dagster/retry_on_asset_or_op_failure"] == "false"
+        )
+    assert graph.get(dg.AssetKey("trained_model")).assets_def.op.pool == "training"
+    assert graph.get(dg.AssetKey("registered_model")).assets_def.op.pool == "model_registry"
+    assert graph.get(dg.AssetKey("feature_registry")).assets_def.op.pool == "feast_registry"
 
 
 def test_the_trailing_history_reads_the_28_days_before_its_partition():

@@ -3,7 +3,7 @@ import datetime as dt
 import pytest
 
 from ml.dataset import TimeSplit
-from pipelines.run import training_config
+from pipelines.partitions import training_config
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,316 @@
+"""Data drift: how far a day's model inputs and scores have moved from what the model learned.
+
+The reference is a seeded sample of the training split, kept with the model (its raw feature
+values and the served model's probability for each row). A day is compared column by column:
+
+- the population stability index (PSI), on the reference's deciles for numbers (missing values
+  are a bin of their own) and on the reference's categories for strings (plus one bin for
+  categories the reference never saw, one for missing);
+- the two-sample Kolmogorov-Smirnov statistic and p-value, for numbers and the score.
+
+Each column gets a level, `ok`, `warn` or `fail`, from configured thresholds. The comparison is a
+drift event when the score fails: what the model outputs has moved. Features that fail while the
+score holds are a warning. On the bundled data that is the line between signal and noise: a week's
+weather, calendar and trailing-delay features always differ from the training weeks' (PSI above 1
+for half of them in the very next week), while the score's PSI stays under 0.04 through the winter
+and passes 4 on a summer week. A single day is too noisy even for the score (0.02 to 1.3 in one
+winter week), so callers compare a window of days. Plain numpy/pandas/scipy; no Dagster.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+SCORE = "probability"
+"""The reference's and the predictions' column with the model's score."""
+REFERENCE_ROWS = 20_000
+"""Rows of the training split kept as the reference: enough for stable deciles, small to ship."""
+_SMOOTHING = 0.5
+"""Added to every bin's count before proportions are taken, so an empty bin costs a finite,
+sample-size-aware amount instead of log(0)."""
+_MISSING = "\x00missing"
+_UNSEEN = "\x00unseen"
+
+Level = Literal["ok", "warn", "fail"]
+_ORDER: dict[str, int] = {"ok": 0, "warn": 1, "fail": 2}
+
+
+@dataclass(frozen=True)
+class DriftThresholds:
+    """Where a column's drift becomes a warning or a failure, and a day a drift event."""
+
+    psi_warn: float = 0.1
+    psi_fail: float = 0.25
+    ks_warn: float = 0.1
+    """Kolmogorov-Smirnov statistic (the largest gap between the two CDFs), not its p-value:
+    with thousands of reference rows any difference is 'significant'; its size is what counts."""
+    ks_fail: float = 0.2
+    min_rows: int = 50
+    """Fewer current rows than this: too few to judge; the day is reported, never an event."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.psi_warn <= self.psi_fail:
+            raise ValueError(
+                f"need 0 <= psi_warn <= psi_fail, got {self.psi_warn}, {self.psi_fail}"
+            )
+        if not 0 <= self.ks_warn <= self.ks_fail <= 1:
+            raise ValueError(
+                f"need 0 <= ks_warn <= ks_fail <= 1, got {self.ks_warn}, {self.ks_fail}"
+            )
+
+    def level(self, psi: float, ks: float | None) -> Level:
+        worst: Level = "ok"
+        for value, warn, fail in (
+            (psi, self.psi_warn, self.psi_fail),
+            (ks, self.ks_warn, self.ks_fail),
+        ):
+            if value is None:
+                continue
+            # NaN compares false with everything: it is a failure, never a pass.
+            if not value < fail:
+                return "fail"
+            if not value < warn:
+                worst = "warn"
+        return worst
+
+
+@dataclass(frozen=True)
+class ColumnDrift:
+    name: str
+    kind: Literal["numeric", "categorical", "score"]
+    psi: float
+    ks_statistic: float | None
+    ks_pvalue: float | None
+    reference_missing: float
+    current_missing: float
+    level: Level
+    unseen: float = 0.0
+    """Share of current rows with a category the reference never saw (categorical only)."""
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    columns: tuple[ColumnDrift, ...]
+    score: ColumnDrift | None
+    reference_rows: int
+    current_rows: int
+    thresholds: DriftThresholds = field(default_factory=DriftThresholds)
+
+    @property
+    def features(self) -> tuple[ColumnDrift, ...]:
+        return tuple(c for c in self.columns if c.kind != "score")
+
+    @property
+    def failed(self) -> list[str]:
+        return [c.name for c in self.features if c.level == "fail"]
+
+    @property
+    def warned(self) -> list[str]:
+        return [c.name for c in self.features if c.level == "warn"]
+
+    @property
+    def failed_share(self) -> float:
+        return len(self.failed) / len(self.features) if self.features else 0.0
+
+    @property
+    def too_few_rows(self) -> bool:
+        return self.current_rows < self.thresholds.min_rows
+
+    @property
+    def drift_event(self) -> bool:
+        """Whether this comparison should trigger a retrain: the score failed on enough rows."""
+        return not self.too_few_rows and self.score is not None and self.score.level == "fail"
+
+    @property
+    def level(self) -> Level:
+        if self.drift_event:
+            return "fail"
+        if self.failed or self.warned or (self.score is not None and self.score.level != "ok"):
+            return "warn"
+        return "ok"
+
+    def summary(self) -> str:
+        score = (
+            f"score PSI {self.score.psi:.3f}, KS {self.score.ks_statistic:.3f} ({self.score.level})"
+            if self.score is not None
+            else "no score"
+        )
+        head = (
+            f"{score}; {len(self.failed)} of {len(self.features)} features drifted,"
+            f" {len(self.warned)} warned; {self.current_rows} rows vs {self.reference_rows}"
+            " reference rows"
+        )
+        if self.too_few_rows:
+            head += f"; fewer than {self.thresholds.min_rows} rows: not judged"
+        if self.failed:
+            head += ": " + ", ".join(self.failed[:8]) + (" …" if len(self.failed) > 8 else "")
+        return head
+
+    def table(self) -> str:
+        """Markdown, worst first."""
+        rows = sorted(
+            self.columns,
+            key=lambda c: (-_ORDER[c.level], -(c.psi if math.isfinite(c.psi) else 1e9)),
+        )
+        lines = ["| column | kind | level | PSI | KS | KS p | missing ref → now | unseen |"]
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for c in rows:
+            ks = "" if c.ks_statistic is None else f"{c.ks_statistic:.3f}"
+            p = "" if c.ks_pvalue is None else f"{c.ks_pvalue:.1e}"
+            unseen = f"{c.unseen:.1%}" if c.kind == "categorical" else ""
+            lines.append(
+                f"| {c.name} | {c.kind} | {c.level} | {c.psi:.3f} | {ks} | {p} |"
+                f" {c.reference_missing:.1%} → {c.current_missing:.1%} | {unseen} |"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "drift_event": self.drift_event,
+            "level": self.level,
+            "failed": self.failed,
+            "warned": self.warned,
+            "failed_share": self.failed_share,
+            "reference_rows": self.reference_rows,
+            "current_rows": self.current_rows,
+            "thresholds": asdict(self.thresholds),
+            "columns": [asdict(c) for c in self.columns],
+        }
+
+
+def psi(reference_counts: np.ndarray, current_counts: np.ndarray) -> float:
+    """Population stability index of two histograms over the same bins (counts, not shares):
+    sum over bins of (current - reference) · ln(current / reference), after smoothing."""
+    reference = np.asarray(reference_counts, dtype="float64") + _SMOOTHING
+    current = np.asarray(current_counts, dtype="float64") + _SMOOTHING
+    reference /= reference.sum()
+    current /= current.sum()
+    return float(np.sum((current - reference) * np.log(current / reference)))
+
+
+def numeric_counts(
+    reference: np.ndarray, current: np.ndarray, bins: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of both samples in the reference's quantile bins, plus a last bin for missing."""
+    ref = np.asarray(reference, dtype="float64")
+    cur = np.asarray(current, dtype="float64")
+    ref_present, cur_present = ref[np.isfinite(ref)], cur[np.isfinite(cur)]
+    if ref_present.size:
+        inner = np.unique(np.quantile(ref_present, np.linspace(0, 1, bins + 1)[1:-1]))
+    else:
+        inner = np.empty(0)
+    # A value equal to an edge falls in the bin below it, so a constant reference (one edge)
+    # splits into "at most the value" and "above it".
+    ref_bins = np.bincount(
+        np.searchsorted(inner, ref_present, side="left"), minlength=inner.size + 1
+    )
+    cur_bins = np.bincount(
+        np.searchsorted(inner, cur_present, side="left"), minlength=inner.size + 1
+    )
+    return (
+        np.append(ref_bins, ref.size - ref_present.size),
+        np.append(cur_bins, cur.size - cur_present.size),
+    )
+
+
+def categorical_counts(
+    reference: pd.Series, current: pd.Series
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Counts over the reference's categories, one bin for unseen ones and one for missing; and
+    the current share of unseen categories."""
+    ref = _labels(reference)
+    cur = _labels(current)
+    known = pd.Index(sorted(set(ref.unique()) - {_MISSING}))
+    cur_unseen = ~cur.isin(known) & (cur != _MISSING)
+    cur = cur.where(~cur_unseen, _UNSEEN)
+    order = [*known, _UNSEEN, _MISSING]
+    ref_counts = ref.value_counts().reindex(order, fill_value=0).to_numpy()
+    cur_counts = cur.value_counts().reindex(order, fill_value=0).to_numpy()
+    unseen = float(cur_unseen.mean()) if len(cur) else 0.0
+    return ref_counts, cur_counts, unseen
+
+
+def column_drift(
+    name: str,
+    kind: Literal["numeric", "categorical", "score"],
+    reference: pd.Series,
+    current: pd.Series,
+    thresholds: DriftThresholds,
+) -> ColumnDrift:
+    ref_missing = float(reference.isna().mean()) if len(reference) else 0.0
+    cur_missing = float(current.isna().mean()) if len(current) else 0.0
+    if kind == "categorical":
+        ref_counts, cur_counts, unseen = categorical_counts(reference, current)
+        value = psi(ref_counts, cur_counts)
+        return ColumnDrift(
+            name, kind, value, None, None, ref_missing, cur_missing,
+            thresholds.level(value, None), unseen,
+        )  # fmt: skip
+    ref = pd.to_numeric(reference, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    cur = pd.to_numeric(current, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    value = psi(*numeric_counts(ref, cur))
+    statistic, pvalue = _ks(ref[np.isfinite(ref)], cur[np.isfinite(cur)])
+    return ColumnDrift(
+        name, kind, value, statistic, pvalue, ref_missing, cur_missing,
+        thresholds.level(value, statistic),
+    )  # fmt: skip
+
+
+def compare(
+    reference: pd.DataFrame,
+    current: pd.DataFrame,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    thresholds: DriftThresholds | None = None,
+    score: str | None = SCORE,
+) -> DriftReport:
+    """The drift of `current` from `reference`, per feature and for the score column (when both
+    frames have it)."""
+    thresholds = thresholds or DriftThresholds()
+    missing = [c for c in [*numeric, *categorical] if c not in reference or c not in current]
+    if missing:
+        raise ValueError(f"drift: column(s) {missing} missing from the reference or the day")
+    columns = [column_drift(c, "numeric", reference[c], current[c], thresholds) for c in numeric]
+    columns += [
+        column_drift(c, "categorical", reference[c], current[c], thresholds) for c in categorical
+    ]
+    score_drift = None
+    if score is not None and score in reference and score in current:
+        score_drift = column_drift(score, "score", reference[score], current[score], thresholds)
+        columns.append(score_drift)
+    return DriftReport(
+        columns=tuple(columns),
+        score=score_drift,
+        reference_rows=len(reference),
+        current_rows=len(current),
+        thresholds=thresholds,
+    )
+
+
+def reference_sample(
+    frame: pd.DataFrame, rows: int = REFERENCE_ROWS, seed: int = 0
+) -> pd.DataFrame:
+    """At most `rows` rows of `frame`, drawn without replacement with `seed` (same frame and seed
+    → same sample), in their original order."""
+    if len(frame) <= rows:
+        return frame.reset_index(drop=True)
+    picked = np.sort(np.random.default_rng(seed).choice(len(frame), size=rows, replace=False))
+    return frame.iloc[picked].reset_index(drop=True)
+
+
+def _labels(values: pd.Series) -> pd.Series:
+    text = values.astype("string")
+    return text.fillna(_MISSING).where(text.fillna("") != "", _MISSING).astype(object)
+
+
+def _ks(reference: np.ndarray, current: np.ndarray) -> tuple[float | None, float | None]:
+    if reference.size == 0 or current.size == 0:
+        return None, None
+    from scipy.stats import ks_2samp
+
+    result: Any = ks_2samp(reference, current)
+    return float(result.statistic), float(result.pvalue)

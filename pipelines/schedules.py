@@ -1,0 +1,148 @@
+"""Schedules: the nightly day and the nightly retrain.
+
+Both are off until switched on (UI → Automation, or `ML_LIFECYCLE_AUTOMATION=on` for a
+deployment that should start with them running). Cron strings and their timezone come from the
+environment so that an operator changes them without touching code:
+
+| variable | default | what |
+|---|---|---|
+| `ML_LIFECYCLE_DAILY_AT` | `02:30` | when the previous day is processed, in the data's timezone |
+| `ML_LIFECYCLE_RETRAIN_CRON` | `0 4 * * *` | when the nightly retrain starts |
+| `ML_LIFECYCLE_SCHEDULE_TIMEZONE` | America/New_York | the retrain cron's timezone |
+| `ML_LIFECYCLE_TRAINING_DAYS` | 31 | days in a retrain's training window |
+
+The daily schedule runs in the partitions' own timezone (where a day is cut, DATA_TIMEZONE):
+Dagster ties a partitioned schedule to it, so its hour is all there is to set.
+
+When the daemon was down for several ticks: the daily schedule is partitioned, so on restart it
+launches the missed days, each its own partition, at most `max_catchup_runs` of them (7,
+dagster.yaml); older missed days are a backfill away. The retrain is not partitioned: Dagster
+evaluates only its latest missed tick, and its run key (the last day of its window) means a
+window is trained once however many ticks name it.
+"""
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+
+from pipelines.jobs import daily_job, retrain_job
+from pipelines.partitions import DATA_TIMEZONE, partition_day, training_config
+
+LABELS = dg.AssetKey("flight_outcomes")
+"""The table whose days have known outcomes: a training window ends at its latest day."""
+TRIGGER_TAG = "ml_lifecycle/trigger"
+WINDOW_END_TAG = "ml_lifecycle/window_end"
+
+
+@dataclass(frozen=True)
+class AutomationSettings:
+    daily_at: str = "02:30"
+    """HH:MM in the data timezone; the tick processes the day that ended before it."""
+    retrain_cron: str = "0 4 * * *"
+    timezone: str = DATA_TIMEZONE
+    training_days: int = 31
+    drift_cooldown_hours: float = 24.0
+    """After a drift-triggered retrain is requested, further drift events wait this long."""
+    running: bool = False
+    """Whether schedules and the sensor start running (otherwise: switched on in the UI)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> "AutomationSettings":
+        defaults = cls()
+        settings = cls(
+            daily_at=env.get("ML_LIFECYCLE_DAILY_AT", defaults.daily_at),
+            retrain_cron=env.get("ML_LIFECYCLE_RETRAIN_CRON", defaults.retrain_cron),
+            timezone=env.get("ML_LIFECYCLE_SCHEDULE_TIMEZONE", defaults.timezone),
+            training_days=int(env.get("ML_LIFECYCLE_TRAINING_DAYS", defaults.training_days)),
+            drift_cooldown_hours=float(
+                env.get("ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS", defaults.drift_cooldown_hours)
+            ),
+            running=env.get("ML_LIFECYCLE_AUTOMATION", "off").lower() in {"on", "1", "true"},
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Refuses what Dagster would not say by name (it checks the cron strings itself)."""
+        import zoneinfo
+
+        self.daily_time()
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise ValueError(f"schedule timezone {self.timezone!r} is not an IANA zone") from None
+        if self.training_days < 3:
+            raise ValueError(f"training_days={self.training_days}: a window needs at least 3")
+        if self.drift_cooldown_hours < 0:
+            raise ValueError(f"drift_cooldown_hours={self.drift_cooldown_hours} is negative")
+
+    def daily_time(self) -> dt.time:
+        try:
+            return dt.time.fromisoformat(self.daily_at)
+        except ValueError:
+            raise ValueError(f"daily_at={self.daily_at!r} is not HH:MM") from None
+
+    @property
+    def status(self) -> dg.DefaultScheduleStatus:
+        return (
+            dg.DefaultScheduleStatus.RUNNING if self.running else dg.DefaultScheduleStatus.STOPPED
+        )
+
+
+def latest_labelled_day(instance: dg.DagsterInstance) -> dt.date | None:
+    """The last day whose outcomes are published (the label table's latest partition)."""
+    days = instance.get_materialized_partitions(LABELS)
+    return max((partition_day(d) for d in days), default=None)
+
+
+def retrain_request(
+    instance: dg.DagsterInstance,
+    settings: AutomationSettings,
+    trigger: str,
+    run_key: str | None = None,
+    **tags: str,
+) -> dg.RunRequest | dg.SkipReason:
+    """A retrain over the `training_days` that end with the last labelled day; its run key is
+    `run_key`, by default the trigger and that day (one retrain per window)."""
+    last = latest_labelled_day(instance)
+    if last is None:
+        return dg.SkipReason(f"no day of {LABELS.to_user_string()} is published yet")
+    first = last - dt.timedelta(days=settings.training_days - 1)
+    return dg.RunRequest(
+        run_key=run_key or f"{trigger}:{last.isoformat()}",
+        run_config={"ops": {"training_set": {"config": training_config(first, last)}}},
+        tags={TRIGGER_TAG: trigger, WINDOW_END_TAG: last.isoformat(), **tags},
+    )
+
+
+def build_schedules(settings: AutomationSettings) -> list:
+    nightly_day = dg.build_schedule_from_partitioned_job(
+        daily_job,
+        name="nightly_daily_partition",
+        description=(
+            "Each night, the previous day (data timezone) through `daily_partition`: ingest,"
+            " validate, features, online store, score, drift."
+        ),
+        hour_of_day=settings.daily_time().hour,
+        minute_of_hour=settings.daily_time().minute,
+        default_status=settings.status,
+    )
+
+    @dg.schedule(
+        name="nightly_retrain",
+        cron_schedule=settings.retrain_cron,
+        execution_timezone=settings.timezone,
+        job=retrain_job,
+        default_status=settings.status,
+        description=(
+            f"Each night, a retrain on the last {settings.training_days} labelled days; skipped"
+            " when no new day was published since the last one."
+        ),
+    )
+    def nightly_retrain(context: dg.ScheduleEvaluationContext):
+        return retrain_request(context.instance, settings, "schedule")
+
+    return [nightly_day, nightly_retrain]

@@ -1,0 +1,141 @@
+"""Drift on real data and the sensor that answers it: the shared world's champion was trained on
+early February; a week like its training days does not drift, a summer week does, and the sensor
+requests exactly one retrain for that event however often it is evaluated.
+
+Changes to the world: `feature_drift` (and `batch_predictions`) of 2013-02-08 and July days, and
+run records of the retrain job (created, never executed)."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import pytest
+
+from pipelines.schedules import AutomationSettings
+from pipelines.sensors import EVENT_TAG, build_drift_sensor
+from tests.world import World
+
+pytestmark = pytest.mark.integration
+
+LIKE_TRAINING = "2013-02-08"
+SUMMER_DAY = "2013-07-10"
+
+
+def drift_of(world: World, day: str) -> tuple[dict, dg.AssetCheckEvaluation]:
+    result = world.run("score_flights", day)
+    assert result.success, day
+    (materialization,) = [
+        e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.step_materialization_data.materialization.asset_key.to_user_string() == "feature_drift"
+    ]
+    (check,) = [
+        e.asset_check_evaluation_data
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ]
+    return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}, check
+
+
+def evaluate(world: World, sensor: dg.SensorDefinition, cursor: str | None):
+    context = dg.build_sensor_context(instance=world.instance, cursor=cursor)
+    result = sensor.evaluate_tick(context)
+    return result, context.cursor
+
+
+@pytest.fixture(scope="module")
+def sensor() -> dg.SensorDefinition:
+    return build_drift_sensor(AutomationSettings(drift_cooldown_hours=24, training_days=7))
+
+
+def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silent(
+    world: World, sensor: dg.SensorDefinition
+):
+    metadata, check = drift_of(world, LIKE_TRAINING)
+    assert metadata["drift_event"] is False
+    assert metadata["window"] == "[2013-02-02, 2013-02-09)"
+    assert metadata["champion_version"] == world.champion()
+    assert metadata["score_psi"] < 0.25
+    assert check.severity != dg.AssetCheckSeverity.ERROR or check.passed
+    assert "data:image/png;base64," in metadata["drift_plot"]
+    assert "| probability | score |" in metadata["drift_table"]
+    document = json.loads(
+        (world.home / "lake" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
+    )
+    assert document["drift_event"] is False and document["current_rows"] == metadata["rows"]
+
+    result, cursor = evaluate(world, sensor, None)
+    assert not result.run_requests
+    assert "no drift" in (result.skip_message or "")
+    assert cursor is not None  # what it has read is not read again
+
+
+def test_a_summer_week_drifts_and_the_sensor_requests_one_retrain(
+    world: World, sensor: dg.SensorDefinition
+):
+    metadata, check = drift_of(world, SUMMER_DAY)
+    assert metadata["drift_event"] is True
+    assert metadata["score_psi"] >= 0.25
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "score PSI" in (check.description or "")
+
+    # The first evaluation after the event requests a retrain keyed by the event...
+    result, cursor = evaluate(world, sensor, None)
+    (request,) = result.run_requests or []
+    event = f"v{world.champion()}:{SUMMER_DAY}"
+    assert request.run_key == f"drift:{event}"
+    assert request.tags[EVENT_TAG] == event
+    assert request.tags["ml_lifecycle/trigger"] == "drift"
+    window = request.run_config["ops"]["training_set"]["config"]
+    assert window["end"] == "2013-07-11"  # the latest labelled day, inclusive
+    assert window["start"] == "2013-07-04"  # training_days=7
+
+    # ...and evaluating again, however often, requests nothing more.
+    for _ in range(3):
+        again, cursor = evaluate(world, sensor, cursor)
+        assert not again.run_requests
+
+    # The daemon launches the request: a run of `retrain` with those tags (created, not run).
+    retrain = world.defs.resolve_job_def("retrain")
+    run = world.instance.create_run_for_job(
+        retrain,
+        run_config=request.run_config,
+        tags=request.tags,
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+    # A lost cursor reads the same event again: no second run while the first is running...
+    busy, _ = evaluate(world, sensor, None)
+    assert not busy.run_requests
+    assert "in progress" in (busy.skip_message or "")
+
+    # ...nor once it has finished: the event already had its retrain.
+    world.instance.report_run_failed(run)  # finished, either way
+    done, _ = evaluate(world, sensor, None)
+    assert not done.run_requests
+    assert "already had its retrain" in (done.skip_message or "")
+
+
+def test_a_new_drift_event_inside_the_cooldown_waits(world: World, sensor: dg.SensorDefinition):
+    # Another drifted day: a new event, but the last drift retrain was requested minutes ago.
+    metadata, _ = drift_of(world, "2013-07-09")
+    assert metadata["drift_event"] is True
+    records = world.instance.fetch_materializations(
+        dg.AssetKey("feature_drift"), limit=10, ascending=False
+    ).records
+    cursor = str(records[1].storage_id)  # everything before this last materialization is read
+    result, _ = evaluate(world, sensor, cursor)
+    assert not result.run_requests
+    assert "cooldown" in (result.skip_message or "")
+
+    # Past the cooldown the same event gets its retrain.
+    patient = build_drift_sensor(AutomationSettings(drift_cooldown_hours=0, training_days=7))
+    later, _ = evaluate(world, patient, cursor)
+    (request,) = later.run_requests or []
+    assert request.run_key == f"drift:v{world.champion()}:2013-07-09"
+
+
+def test_the_retrain_window_ends_with_the_latest_labelled_day(world: World):
+    from pipelines.schedules import latest_labelled_day
+
+    assert latest_labelled_day(world.instance) == dt.date(2013, 7, 10)
