@@ -55,6 +55,7 @@ mlflow: $(ENV_STAMP)
 bench: $(ENV_STAMP)
 	$(BIN)/python -m benchmarks
 
+lineage: ARGS ?= model
 lineage: $(ENV_STAMP)
 	$(BIN)/python -m pipelines.lineage $(ARGS)
 

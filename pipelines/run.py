@@ -125,7 +125,7 @@ def run_asset(
 def score_days(
     job: dg.JobDefinition, instance: dg.DagsterInstance, partitions: list[str]
 ) -> dict[str, AssetRun]:
-    """One `score_flights` run per day."""
+    """One `score_flights` run per day (the day's predictions, then the drift up to it)."""
     scored = {}
     for partition in partitions:
         result = job.execute_in_process(
@@ -134,9 +134,9 @@ def score_days(
         outcome = AssetRun(result.success, partition)
         for event in result.all_events:
             if event.is_step_materialization:
-                metadata = event.step_materialization_data.materialization.metadata
-                outcome.assets["batch_predictions"] = {
-                    key: getattr(v, "value", v) for key, v in metadata.items()
+                materialization = event.step_materialization_data.materialization
+                outcome.assets[materialization.asset_key.to_user_string()] = {
+                    key: getattr(v, "value", v) for key, v in materialization.metadata.items()
                 }
             elif event.is_step_failure and event.step_failure_data.error:
                 outcome.problem = event.step_failure_data.error.message.strip()
@@ -244,6 +244,17 @@ def print_summary(
             )
         else:
             print(f"  predictions {day}: FAILED: {outcome.problem}")
+        if drift := outcome.assets.get("feature_drift"):
+            print(
+                f"  drift {day}: window {drift.get('window')}, score PSI"
+                f" {_number(drift.get('score_psi'), '.3f')} ({drift.get('level')}),"
+                f" {len(drift.get('failed_features') or [])} features past the PSI/KS fail line"
+                + (
+                    ": a drift event, the drift_retrain sensor would retrain"
+                    if drift.get("drift_event")
+                    else ""
+                )
+            )
     print()
     print(f"Results (all under {home}):")
     print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
@@ -254,8 +265,22 @@ def print_summary(
     print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
     print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
     print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
-    print("Open the UI with `make dev`, then http://127.0.0.1:3000 (Assets, Runs, Checks);")
-    print("MLflow with `make mlflow`, then http://127.0.0.1:5000 (runs, Models → flight_delay).")
+    print("  the champion's lineage, back to raw days:     make lineage")
+    print()
+    print("Open the UI: `make dev`, then http://127.0.0.1:3000. There you find:")
+    print(
+        "  Assets → Global asset lineage: the whole lifecycle in 8 groups, ingestion to monitoring;"
+    )
+    print(
+        "    each asset page shows its partitions, metadata (row counts, metrics, ROC/calibration/"
+    )
+    print("    slice/loss/drift plots) and check results (GX contracts, gate, ONNX parity, drift).")
+    print("  Runs: every run this command made, step by step, with logs.")
+    print("  Automation: nightly_daily_partition, nightly_retrain and the drift_retrain sensor")
+    print("    (off until you switch them on; `make dev` runs the daemon that acts on them).")
+    print("  Jobs → daily_partition → Materialize / Backfill: any day or range of 2013;")
+    print("    retrain: train now; rollback_champion_job: move the champion back.")
+    print("MLflow: `make mlflow`, then http://127.0.0.1:5000 (runs, Models → flight_delay).")
 
 
 def _number(value: object, spec: str) -> str:
