@@ -62,7 +62,7 @@ def batch_predictions(
 
     served = serving.champion(REGISTERED_MODEL)
     if served is None:
-        context.log.warning(
+        context.log.info(  # expected before the first champion
             f"batch_predictions {context.partition_key}: no champion of {REGISTERED_MODEL} yet,"
             " nothing scored; run the `retrain` job until a model passes the gate"
         )

@@ -87,7 +87,7 @@ def feature_drift(
     day = context.partition_key
     served = serving.champion(REGISTERED_MODEL)
     if served is None:
-        context.log.warning(f"feature_drift {day}: no champion of {REGISTERED_MODEL} yet; skipped")
+        context.log.info(f"feature_drift {day}: no champion of {REGISTERED_MODEL} yet; skipped")
         return
     reference = pd.read_parquet(serving.drift_reference(served.version))
     window = context.partition_time_window
