@@ -6,6 +6,9 @@ metrics; and a 30-day backfill launched through the API is executed by `dagster 
 Runs and backfills go through the server's queue and daemon, not `execute_in_process`, so this is
 the path a person's click takes. The browser is Debian's chromium (`.ci/run` installs it).
 Screenshots of each browser step land in `<repo>/.local/ui-screenshots/`.
+
+Changes to the world: drops and raw partitions (with their contract checks) of days no other test
+uses, `raw_flights` of 2013-04-01..03 and `raw_flights` and `raw_weather` of March 2013.
 """
 
 import json
