@@ -245,15 +245,16 @@ def print_summary(
         else:
             print(f"  predictions {day}: FAILED: {outcome.problem}")
         if drift := outcome.assets.get("feature_drift"):
+            event = (
+                "a DRIFT EVENT (the drift_retrain sensor requests a retrain)"
+                if drift.get("drift_event")
+                else "no drift event"
+            )
             print(
-                f"  drift {day}: window {drift.get('window')}, score PSI"
-                f" {_number(drift.get('score_psi'), '.3f')} ({drift.get('level')}),"
-                f" {len(drift.get('failed_features') or [])} features past the PSI/KS fail line"
-                + (
-                    ": a drift event, the drift_retrain sensor would retrain"
-                    if drift.get("drift_event")
-                    else ""
-                )
+                f"  drift {day}: window {drift.get('window')}: score PSI"
+                f" {_number(drift.get('score_psi'), '.3f')}, {event};"
+                f" {len(drift.get('failed_features') or [])} features past their fail line"
+                f" (check: {drift.get('level')})"
             )
     print()
     print(f"Results (all under {home}):")
