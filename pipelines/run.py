@@ -245,6 +245,7 @@ def print_summary(
         else:
             print(f"  predictions {day}: FAILED: {outcome.problem}")
         if drift := outcome.assets.get("feature_drift"):
+            failed = drift.get("failed_features")
             event = (
                 "a DRIFT EVENT (the drift_retrain sensor requests a retrain)"
                 if drift.get("drift_event")
@@ -253,7 +254,7 @@ def print_summary(
             print(
                 f"  drift {day}: window {drift.get('window')}: score PSI"
                 f" {_number(drift.get('score_psi'), '.3f')}, {event};"
-                f" {len(drift.get('failed_features') or [])} features past their fail line"
+                f" {len(failed) if isinstance(failed, list) else '?'} features past their fail line"
                 f" (check: {drift.get('level')})"
             )
     print()
