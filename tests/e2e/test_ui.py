@@ -341,6 +341,20 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     plot.wait_for()
     assert plot.evaluate("img => img.naturalWidth") > 100
     screenshot(page, "7-model-evaluation-roc")
+    page.keyboard.press("Escape")
+
+    # The gate's checks and their results, on the asset's Checks tab.
+    page.goto(f"{server.url}/assets/model_evaluation?view=checks")
+    for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"):
+        page.get_by_text(rule, exact=True).first.wait_for()
+    page.get_by_text("Passed", exact=False).first.wait_for()
+    screenshot(page, "8-model-evaluation-checks")
+
+    # The schedules and the drift sensor, where a person switches them on.
+    page.goto(f"{server.url}/automation")
+    for name in ("nightly_daily_partition", "nightly_retrain", "drift_retrain"):
+        page.get_by_text(name, exact=True).first.wait_for()
+    screenshot(page, "9-automation")
 
 
 @pytest.mark.timeout(1800)
