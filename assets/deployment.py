@@ -20,7 +20,7 @@ from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, mo
 from assets.training import TrainedRun
 from resources.lake import from_document
 from resources.registry import MlflowRegistry, RegistryError
-from resources.serving import MODEL_FILE, REFERENCE_FILE
+from resources.serving import DATA_THROUGH_TAG, MODEL_FILE, REFERENCE_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,6 +58,8 @@ class OnnxModel:
     quantized: bool
     drift_reference: str = ""
     """Training rows with the served file's scores, registered with it (`ml.drift`)."""
+    data_through: str = ""
+    """The last day (data timezone) of the training set: drift of days up to it is no news."""
 
 
 @dg.asset(
@@ -144,6 +146,7 @@ def onnx_model(
             parity=report.as_dict(),
             quantized=served is not exported,
             drift_reference=str(reference),
+            data_through=_last_day(training_set),
         ),
         metadata={
             "path": dg.MetadataValue.path(str(served.path)),
@@ -158,6 +161,14 @@ def onnx_model(
             **int8,
         },
     )
+
+
+def _last_day(frame: "pd.DataFrame") -> str:
+    from ml.dataset import LabelSpec
+    from pipelines.partitions import DATA_TIMEZONE
+
+    timestamps = frame[LabelSpec.event_timestamp]
+    return timestamps.dt.tz_convert(DATA_TIMEZONE).dt.date.max().isoformat()
 
 
 def _drift_reference(served: Path, train: "pd.DataFrame") -> Path:
@@ -292,6 +303,7 @@ def registered_model(
             "dagster_run_id": context.run.run_id,
             "quantized": str(exported.quantized).lower(),
             "threshold": repr(evaluation.threshold),
+            **({DATA_THROUGH_TAG: exported.data_through} if exported.data_through else {}),
         },
         run_name=f"registered_model-{context.run.run_id[:8]}",
         expected_version=version,

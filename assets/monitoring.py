@@ -21,7 +21,7 @@ from assets.inference import _features, batch_predictions
 from pipelines.partitions import daily_partitions
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, write_text_atomically
-from resources.serving import ModelServing
+from resources.serving import DATA_THROUGH_TAG, ModelServing
 
 MONITORING = "monitoring"
 DRIFT_CHECK = "drift_within_thresholds"
@@ -29,6 +29,8 @@ DRIFT_EVENT = "drift_event"
 """Metadata key of `feature_drift` materializations: true when the window drifted."""
 CHAMPION_VERSION = "champion_version"
 """Metadata key: the model version whose reference the window was compared with."""
+CHAMPION_DATA_THROUGH = "champion_data_through"
+"""Metadata key: the last day of that version's training data ("" when not recorded)."""
 
 
 class FeatureDriftConfig(dg.Config):
@@ -147,6 +149,7 @@ def feature_drift(
     metadata: dict[str, Any] = {
         DRIFT_EVENT: report.drift_event,
         CHAMPION_VERSION: served.version.version,
+        CHAMPION_DATA_THROUGH: served.version.tags.get(DATA_THROUGH_TAG, ""),
         "level": level,
         "window": span,
         "days_with_rows": f"{days_with_rows} of {config.window_days}",

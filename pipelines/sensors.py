@@ -9,7 +9,9 @@ the latest drift event among them, unless:
   whether drift persists);
 - a drift-triggered retrain was requested less than the cooldown ago
   (`ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS`, default 24);
-- this very event (model version and partition) already had its retrain.
+- this very event (model version and partition) already had its retrain;
+- the day is not after the last day of the champion's training data (a backfill or re-run of
+  old days compares the past with a model that learned from it: no reason to retrain).
 
 The run key is the event's identity, so even a sensor whose cursor is lost or reset cannot
 launch a second run for it: Dagster drops a request whose run key this sensor already used, and
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from assets.monitoring import CHAMPION_VERSION, DRIFT_EVENT, feature_drift
+from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DRIFT_EVENT, feature_drift
 from pipelines.jobs import retrain_job
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings, retrain_request
 
@@ -60,15 +62,27 @@ def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
         if not records:
             return dg.SkipReason("no new feature_drift materialization")
         context.update_cursor(str(records[-1].storage_id))
-        events = []
+        events, past = [], []
         for record in records:
             materialization = record.asset_materialization
             if materialization is None or not _value(materialization.metadata, DRIFT_EVENT):
                 continue
-            version = _value(materialization.metadata, CHAMPION_VERSION)
-            events.append(f"v{version}:{materialization.partition}")
+            metadata = materialization.metadata
+            event = f"v{_value(metadata, CHAMPION_VERSION)}:{materialization.partition}"
+            # A re-run or backfill of days the champion was trained on (or before) says nothing
+            # about today's data: retraining on the latest window would not answer it.
+            through = _value(metadata, CHAMPION_DATA_THROUGH)
+            if through and str(materialization.partition) <= str(through):
+                past.append(event)
+            else:
+                events.append(event)
         if not events:
-            return dg.SkipReason(f"{len(records)} feature_drift materialization(s), no drift")
+            old = (
+                f"; {len(past)} drift event(s) on days up to the champion's training data"
+                if past
+                else ""
+            )
+            return dg.SkipReason(f"{len(records)} feature_drift materialization(s), no drift{old}")
         event = events[-1]  # the latest: one retrain answers all events seen at once
 
         busy = instance.get_run_records(

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 MODEL_FILE = "model.onnx"
 """The served graph's artifact name in a registered version."""
+DATA_THROUGH_TAG = "data_through"
+"""Version tag: the last day of the training data (YYYY-MM-DD, data timezone)."""
 REFERENCE_FILE = "drift_reference.parquet"
 """Training rows and the served graph's scores for them: what drift is measured against."""
 
@@ -66,4 +68,11 @@ class ModelServing(dg.ConfigurableResource):
         return self.registry.fetch(version, REFERENCE_FILE, Path(self.cache_dir))
 
 
-__all__ = ["CHAMPION", "MODEL_FILE", "REFERENCE_FILE", "ModelServing", "ServedModel"]
+__all__ = [
+    "CHAMPION",
+    "DATA_THROUGH_TAG",
+    "MODEL_FILE",
+    "REFERENCE_FILE",
+    "ModelServing",
+    "ServedModel",
+]

@@ -55,6 +55,7 @@ def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silen
     assert metadata["drift_event"] is False
     assert metadata["window"] == "[2013-02-02, 2013-02-09)"
     assert metadata["champion_version"] == world.champion()
+    assert metadata["champion_data_through"] == "2013-02-07"  # the training set's last day
     assert metadata["score_psi"] < 0.25
     assert check.severity != dg.AssetCheckSeverity.ERROR or check.passed
     assert "data:image/png;base64," in metadata["drift_plot"]
