@@ -12,6 +12,7 @@ exactly where it stopped. Under Dagster Pipes, rank 0 reports each epoch and the
 """
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 from torch import nn
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.nn.parallel import DistributedDataParallel
 
@@ -383,7 +384,34 @@ def check(config: TrainConfig) -> None:
         raise ValueError(f"training set {config.data.training_set} lacks the column(s) {missing}")
 
 
-@record  # torchrun's error file: the launcher reports this worker's exception, not just "exit 1"
+class WholeErrorFile(ErrorHandler):
+    """torchrun's error file (the launcher reports this worker's exception, not just "exit 1"),
+    written whole: torch writes it in place, and when a peer dies the agent terminates this
+    worker, possibly mid-write, then reads the file: a half-written one raised JSONDecodeError
+    inside the agent and lost the job instead of restarting it. Same content as torch's."""
+
+    def record_exception(self, e: BaseException) -> None:
+        import traceback
+
+        from ml.files import atomic_write
+
+        file = self._get_error_file_path()
+        if not file:
+            return
+        data = {
+            "message": {
+                "message": f"{type(e).__name__}: {e}",
+                "extraInfo": {
+                    "py_callstack": traceback.format_exc(),
+                    "timestamp": str(int(time.time())),
+                },
+            }
+        }
+        with atomic_write(Path(file), "w") as sink:
+            json.dump(data, sink)
+
+
+@functools.partial(record, error_handler=WholeErrorFile())
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
