@@ -273,19 +273,21 @@ def _metadata(
         **{f"test_{k}": _finite(v) for k, v in metrics.items() if k not in ("rows", "threshold")},
         "gate_report": dg.MetadataValue.path(str(Path(run.folder) / GATE_REPORT)),
         "comparison": dg.MetadataValue.md(_comparison(challenger, champion, champion_version)),
-        "roc": _image("ROC", plots.roc_curves({name: (labels, s) for name, s in scores.items()})),
-        "calibration": _image(
+        "roc": markdown_image(
+            "ROC", plots.roc_curves({name: (labels, s) for name, s in scores.items()})
+        ),
+        "calibration": markdown_image(
             "calibration",
             plots.calibration_plot(
                 {"challenger": challenger.calibration}
                 | ({f"champion v{champion_version}": champion.calibration} if champion else {})
             ),
         ),
-        "slices": _image("ROC AUC per slice", plots.slice_bars(challenger, champion)),
+        "slices": markdown_image("ROC AUC per slice", plots.slice_bars(challenger, champion)),
     }
     loss_curve = Path(run.folder) / "loss_curve.png"
     if loss_curve.is_file():
-        metadata["loss_curve"] = _image("loss per epoch", loss_curve.read_bytes())
+        metadata["loss_curve"] = markdown_image("loss per epoch", loss_curve.read_bytes())
     return metadata
 
 
@@ -317,7 +319,7 @@ def _finite(value: float) -> float | None:
     return value if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def _image(title: str, png: bytes) -> dg.MetadataValue:
+def markdown_image(title: str, png: bytes) -> dg.MetadataValue:
     return dg.MetadataValue.md(
         f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})"
     )

@@ -84,7 +84,7 @@ def batch_predictions(
     path = lake_files.path_for(context.asset_key, context.partition_key)
     summary = score_to_parquet(
         served.scorer,
-        _features(feature_store, entities, service, config.chunk_rows),
+        feature_chunks(feature_store, entities, service, config.chunk_rows),
         path,
         keep=keys,
         constants={
@@ -117,7 +117,7 @@ def batch_predictions(
     )
 
 
-def _features(
+def feature_chunks(
     store: FeastFeatureStore, entities: "pd.DataFrame", service: str, chunk_rows: int
 ) -> Iterator["pd.DataFrame"]:
     """The service's features for the entity rows, one chunk at a time (bounded memory)."""

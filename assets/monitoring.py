@@ -16,8 +16,8 @@ import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY
-from assets.evaluation import REGISTERED_MODEL, _image
-from assets.inference import _features, batch_predictions
+from assets.evaluation import REGISTERED_MODEL, markdown_image
+from assets.inference import batch_predictions, feature_chunks
 from pipelines.partitions import daily_partitions
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, write_text_atomically
@@ -102,7 +102,7 @@ def feature_drift(
     entities = rows[keys].sort_values(keys).reset_index(drop=True)
     frames = [
         chunk.assign(**{SCORE: served.scorer.predict(chunk)})
-        for chunk in _features(feature_store, entities, service, config.chunk_rows)
+        for chunk in feature_chunks(feature_store, entities, service, config.chunk_rows)
     ]
     current = pd.concat(frames, ignore_index=True) if frames else reference.iloc[:0]
     thresholds = DriftThresholds(
@@ -160,7 +160,7 @@ def feature_drift(
         "failed_features": dg.MetadataValue.json(report.failed),
         "warned_features": dg.MetadataValue.json(report.warned),
         "drift_table": dg.MetadataValue.md(report.table()),
-        "drift_plot": _image(
+        "drift_plot": markdown_image(
             "PSI per column",
             drift_bars(
                 {c.name: c.psi for c in report.columns},

@@ -19,6 +19,18 @@ from resources.sources import BundledFlightsSource, DropFolderSource
 # The shared trained world (session-scoped `world` fixture).
 pytest_plugins = ["tests.world"]
 
+LIFECYCLE_GROUPS = {
+    "ingestion",
+    "validation",
+    "features",
+    "training",
+    "evaluation",
+    "deployment",
+    "inference",
+    "monitoring",
+}
+"""The asset groups the issue names: the lifecycle's stages, in order."""
+
 GOOD_DAY = "2013-01-02"
 DAILY = dg.AssetSelection.assets(
     "raw_flights",

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.lake import stored_hash
+from tests.conftest import LIFECYCLE_GROUPS
 from tests.world import World, make_drops
 
 pytestmark = pytest.mark.e2e
@@ -48,16 +49,7 @@ API_BACKFILL_DAYS = [f"2013-03-{d:02d}" for d in range(1, 31)]
 API_BACKFILL_CHECKS = {"raw_flights": "flights_contract", "raw_weather": "weather_contract"}
 API_BACKFILL_ASSETS = sorted(API_BACKFILL_CHECKS)
 
-GROUPS = {
-    "ingestion",
-    "validation",
-    "features",
-    "training",
-    "evaluation",
-    "deployment",
-    "inference",
-    "monitoring",
-}
+GROUPS = LIFECYCLE_GROUPS
 ASSETS_QUERY = """{ assetNodes { assetKey { path } groupName
   partitionDefinition { description type }
   assetChecksOrError { ... on AssetChecks { checks { name blocking } } } } }"""

@@ -5,6 +5,8 @@ import sys
 import dagster as dg
 import pytest
 
+from tests.conftest import LIFECYCLE_GROUPS
+
 pytestmark = pytest.mark.unit
 
 HEAVY = (
@@ -103,16 +105,7 @@ def test_definitions_load_with_the_whole_graph_jobs_and_checks():
     assert retrain_all == {"training_set", *retrain}
 
 
-GROUPS = {
-    "ingestion",
-    "validation",
-    "features",
-    "training",
-    "evaluation",
-    "deployment",
-    "inference",
-    "monitoring",
-}
+GROUPS = LIFECYCLE_GROUPS
 KINDS = {"pandas", "great_expectations", "feast", "pytorch", "onnx", "mlflow", "parquet", "sqlite"}
 
 
