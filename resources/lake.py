@@ -5,17 +5,29 @@ reader sees the previous file or the new one, never half of one. Every table car
 hash (of its columns, types and values, not of the file's bytes) in its Parquet metadata, and the
 hash is reported to Dagster as the asset's data version: re-materializing identical data keeps
 the version, so nothing downstream turns stale for no reason.
+
+The root is a folder, or a URL of an fsspec filesystem (through universal-pathlib):
+`file:///srv/lake` is a local folder, written the same way; on an object store
+(`s3://bucket/lake`, or fsspec's `memory://` in tests) a file is written locally, then uploaded
+in one request, which makes the object appear whole (an object store has no rename). The store's
+credentials and options come from its fsspec implementation's usual sources (environment, fsspec
+config), never from here.
 """
 
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
+from upath import UPath
 
-from ml.files import atomic_write
+from ml.files import atomic_put, atomic_write, staged_file, staged_upload
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,6 +35,10 @@ if TYPE_CHECKING:
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 HASH_METADATA_KEY = b"ml_lifecycle.content_hash"
 _T = TypeVar("_T")
+_LOCAL_PROTOCOLS = ("file", "local")
+
+LakePath = Path | UPath
+"""Where a lake file lives: a local Path when the root is a folder, else a UPath (its URL)."""
 
 
 class LakePathError(ValueError):
@@ -36,6 +52,31 @@ def safe_component(name: str, *, what: str) -> str:
     return name
 
 
+def lake_root(root: str) -> LakePath:
+    """The lake's root: a resolved folder, or the URL of an fsspec filesystem (a `file://` one
+    resolved like a folder)."""
+    if "://" not in root:
+        return Path(root).resolve()
+    url = UPath(root)
+    if url.protocol in _LOCAL_PROTOCOLS:
+        return UPath(Path(url.path).resolve().as_uri())
+    return url
+
+
+def local_path(path: LakePath) -> Path | None:
+    """`path` on this machine's filesystem (a folder's or a `file://` URL's), else None."""
+    if isinstance(path, Path):
+        return Path(path)
+    return Path(path.path) if path.protocol in _LOCAL_PROTOCOLS else None
+
+
+def open_atomically(path: LakePath, mode: str = "wb") -> AbstractContextManager[IO[Any]]:
+    """A file for writing that replaces `path` whole when the block ends without error: temp
+    file + rename on a local filesystem, one upload to an object store (see ml/files.py)."""
+    local = local_path(path)
+    return atomic_write(local, mode) if local is not None else atomic_put(UPath(path), mode)
+
+
 def content_hash(frame: "pd.DataFrame") -> str:
     """sha256 over column names, dtypes and values; independent of the file format's bytes."""
     from ml.dataset import fingerprint
@@ -43,8 +84,8 @@ def content_hash(frame: "pd.DataFrame") -> str:
     return fingerprint(frame)
 
 
-def write_parquet_atomically(frame: "pd.DataFrame", path: Path) -> str:
-    """Write `frame` to `path` via temp file + rename; returns its content hash."""
+def write_parquet_atomically(frame: "pd.DataFrame", path: LakePath) -> str:
+    """Write `frame` whole to `path` (see `open_atomically`); returns its content hash."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,16 +94,17 @@ def write_parquet_atomically(frame: "pd.DataFrame", path: Path) -> str:
     table = table.replace_schema_metadata(
         {**(table.schema.metadata or {}), HASH_METADATA_KEY: digest.encode()}
     )
-    with atomic_write(path) as sink:
+    with open_atomically(path) as sink:
         pq.write_table(table, sink)
     return digest
 
 
-def stored_hash(path: Path) -> str | None:
+def stored_hash(path: LakePath) -> str | None:
     """The content hash recorded in a lake file, without reading its data."""
     import pyarrow.parquet as pq
 
-    metadata = pq.read_schema(path).metadata or {}
+    with path.open("rb") as source:
+        metadata = pq.read_schema(source).metadata or {}
     value = metadata.get(HASH_METADATA_KEY)
     return value.decode() if value else None
 
@@ -71,19 +113,26 @@ class ParquetLake(dg.ConfigurableIOManager):
     """Stores DataFrames as `<root>/<asset key path>/<partition>.parquet` (`data.parquet` when
     unpartitioned) and loads them back, concatenating when several partitions are asked for."""
 
-    root: str = Field(description="Folder of the lake; nothing is written outside it.")
+    root: str = Field(
+        description="Folder or fsspec URL (file:///srv/lake, s3://bucket/lake) of the lake;"
+        " nothing is written outside it."
+    )
 
-    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> Path:
+    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         """Where one asset partition lives; refuses names that would leave the lake."""
-        root = Path(self.root).resolve()
-        folder = root.joinpath(*(safe_component(p, what="asset key part") for p in asset_key.path))
+        root = lake_root(self.root)
+        parts = [safe_component(p, what="asset key part") for p in asset_key.path]
         name = (
             "data" if partition_key is None else safe_component(partition_key, what="partition key")
         )
-        path = (folder / f"{name}.parquet").resolve()
-        if not path.is_relative_to(root):
-            raise LakePathError(f"{path} is outside the lake {root}")
-        return path
+        path = root.joinpath(*parts, f"{name}.parquet")
+        local_root = local_path(root)
+        if local_root is None:  # no symlinks in an object store: safe components stay inside
+            return path
+        resolved = Path(path.path if isinstance(path, UPath) else path).resolve()
+        if not resolved.is_relative_to(local_root):  # a symlink inside the lake leading out
+            raise LakePathError(f"{resolved} is outside the lake {local_root}")
+        return resolved if isinstance(root, Path) else UPath(resolved.as_uri())
 
     def handle_output(self, context: dg.OutputContext, obj: "pd.DataFrame") -> None:
         partition_key = None
@@ -126,7 +175,7 @@ class ParquetLake(dg.ConfigurableIOManager):
         return pd.concat(frames, ignore_index=True)
 
     @staticmethod
-    def _read(path: Path, asset_key: dg.AssetKey, partition_key: str | None) -> "pd.DataFrame":
+    def _read(path: LakePath, asset_key: dg.AssetKey, partition_key: str | None) -> "pd.DataFrame":
         import pandas as pd
 
         if not path.is_file():
@@ -134,12 +183,39 @@ class ParquetLake(dg.ConfigurableIOManager):
             raise FileNotFoundError(
                 f"{asset_key.to_user_string()}{where} has not been materialized ({path})"
             )
-        return pd.read_parquet(path)
+        local = local_path(path)
+        if local is not None:
+            return pd.read_parquet(local)
+        remote = UPath(path)
+        return pd.read_parquet(remote.path, filesystem=remote.fs)
 
 
 class LakePaths(ParquetLake):
-    """The same lake, read as the path of an unpartitioned asset's file instead of its rows: for
-    steps that hand the file to another process (training under torchrun)."""
+    """The same lake, read as the local path of an unpartitioned asset's file instead of its
+    rows: for steps that hand the file to another process (training under torchrun).
+
+    A folder or `file://` lake hands over the file itself. A remote lake's file is copied to
+    `staging_dir` first and the copy is handed over, rather than its URL: the training side
+    (ml.train, the layout probe, the launchers) opens the training set as a local file, every
+    rank reads all of it, and a local copy means one download per step instead of one per rank,
+    with the store's credentials needed by this process only. The copy is named by its content
+    hash, which is read from the downloaded file itself (the object may be replaced while it
+    downloads), so a retry or a later run over the same data reuses it; it is renamed into
+    place whole. Copies are not removed: the folder is a cache, safe to empty between runs.
+    A launcher whose workers run elsewhere (Kubernetes pods) needs `staging_dir` on a volume
+    they mount at the same path."""
+
+    staging_dir: str | None = Field(
+        default=None,
+        description="Local folder for copies of a remote lake's files handed to other processes;"
+        " required when `root` is a remote URL.",
+    )
+
+    @model_validator(mode="after")
+    def _staging_for_a_remote_lake(self) -> "LakePaths":
+        if local_path(lake_root(self.root)) is None and not self.staging_dir:
+            raise ValueError(f"staging_dir is required for the remote lake root {self.root!r}")
+        return self
 
     def load_input(self, context: dg.InputContext) -> Path:  # type: ignore[override]
         if context.has_asset_partitions:
@@ -149,7 +225,12 @@ class LakePaths(ParquetLake):
             raise FileNotFoundError(
                 f"{context.asset_key.to_user_string()} has not been materialized ({path})"
             )
-        return path
+        local = local_path(path)
+        if local is not None:
+            return local
+        assert self.staging_dir  # the validator requires it for a remote root
+        folder = Path(self.staging_dir).resolve().joinpath(*context.asset_key.path)
+        return staged_copy(UPath(path), folder)
 
 
 class JsonDocuments(dg.ConfigurableIOManager):
@@ -159,9 +240,11 @@ class JsonDocuments(dg.ConfigurableIOManager):
     (the consuming step builds its typed object from it). The artifacts themselves stay where
     they were written; the document is the lineage link to them."""
 
-    root: str = Field(description="Folder of the documents; nothing is written outside it.")
+    root: str = Field(
+        description="Folder or fsspec URL of the documents; nothing is written outside it."
+    )
 
-    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> Path:
+    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         lake = ParquetLake(root=self.root)
         return lake.path_for(asset_key, partition_key).with_suffix(".json")
 
@@ -190,6 +273,27 @@ class JsonDocuments(dg.ConfigurableIOManager):
         return json.loads(path.read_text())
 
 
+def staged_copy(path: UPath, folder: Path) -> Path:
+    """A whole local copy of the lake file `path` in `folder`, named `<content hash>.parquet`;
+    an existing copy of the same content is reused."""
+    cached = stored_hash(path)
+    if cached is not None and (folder / f"{cached}.parquet").is_file():
+        return folder / f"{cached}.parquet"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as scratch:
+        download = Path(scratch) / path.name
+        with path.open("rb") as source, download.open("wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 20)
+            sink.flush()
+            os.fsync(sink.fileno())
+        digest = stored_hash(download)
+        if digest is None:
+            raise ValueError(f"{path} carries no content hash; it was not written by the lake")
+        copy = folder / f"{digest}.parquet"
+        os.replace(download, copy)
+    return copy
+
+
 def from_document(cls: type[_T], values: Mapping[str, Any]) -> _T:
     """The dataclass `cls` built from a document `JsonDocuments` loaded (its fields only)."""
     import dataclasses
@@ -197,9 +301,9 @@ def from_document(cls: type[_T], values: Mapping[str, Any]) -> _T:
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
-def write_text_atomically(text: str, path: Path) -> None:
-    """Write `text` to `path` via temp file + fsync + rename."""
-    with atomic_write(path, "w") as sink:
+def write_text_atomically(text: str, path: LakePath) -> None:
+    """Write `text` whole to `path` (see `open_atomically`)."""
+    with open_atomically(path, "w") as sink:
         sink.write(text)
 
 
@@ -208,7 +312,14 @@ class LakeFiles(dg.ConfigurableResource):
     chunks (batch predictions) instead of handing one DataFrame to the IO manager. Same paths,
     same refusal of names that would leave the lake; the step writes atomically."""
 
-    root: str = Field(description="Folder of the lake.")
+    root: str = Field(description="Folder or fsspec URL of the lake.")
 
-    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> Path:
+    def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         return ParquetLake(root=self.root).path_for(asset_key, partition_key)
+
+    def local_target(self, path: LakePath) -> AbstractContextManager[Path]:
+        """A local path for a writer that takes one (a streaming Parquet writer), whose file
+        becomes the lake file `path` whole when the block ends without error and is dropped
+        otherwise: beside it and renamed in a local lake, uploaded to an object store."""
+        local = local_path(path)
+        return staged_file(local) if local is not None else staged_upload(UPath(path))
