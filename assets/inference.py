@@ -82,18 +82,19 @@ def batch_predictions(
             allow_retries=False,
         )
     path = lake_files.path_for(context.asset_key, context.partition_key)
-    summary = score_to_parquet(
-        served.scorer,
-        feature_chunks(feature_store, entities, service, config.chunk_rows),
-        path,
-        keep=keys,
-        constants={
-            "model_name": served.version.name,
-            "model_version": served.version.version,
-            "predicted_at": dt.datetime.now(dt.UTC),
-        },
-        threshold=float(properties["threshold"]),
-    )
+    with lake_files.local_target(path) as target:
+        summary = score_to_parquet(
+            served.scorer,
+            feature_chunks(feature_store, entities, service, config.chunk_rows),
+            target,
+            keep=keys,
+            constants={
+                "model_name": served.version.name,
+                "model_version": served.version.version,
+                "predicted_at": dt.datetime.now(dt.UTC),
+            },
+            threshold=float(properties["threshold"]),
+        )
     yield dg.MaterializeResult(
         metadata={
             "dagster/row_count": summary.rows,
@@ -140,7 +141,7 @@ def _sha256(path) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    with open(path, "rb") as source:
+    with path.open("rb") as source:
         for block in iter(lambda: source.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
