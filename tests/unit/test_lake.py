@@ -1,16 +1,23 @@
+from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
 import dagster as dg
 import pandas as pd
 import pytest
+from upath import UPath
 
 from resources.lake import (
+    JsonDocuments,
+    LakeFiles,
     LakePathError,
+    LakePaths,
     ParquetLake,
     content_hash,
+    local_path,
     stored_hash,
     write_parquet_atomically,
+    write_text_atomically,
 )
 
 pytestmark = pytest.mark.unit
@@ -84,3 +91,228 @@ def test_a_write_killed_midway_leaves_the_previous_file_and_no_partial_one(tmp_p
         write_parquet_atomically(frame(10), path)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == ["data.parquet"]
+
+
+# The lake at a URL: `file://` (a local folder named by URL) and fsspec's in-memory filesystem,
+# a non-local filesystem that needs no service: nothing may assume the lake is on this disk.
+
+ROOTS = ["folder", "file_url", "memory"]
+
+
+@pytest.fixture(params=ROOTS)
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The lake's root as each kind of location, empty, removed afterwards."""
+    if request.param == "folder":
+        yield str(tmp_path / "lake")
+    elif request.param == "file_url":
+        yield (tmp_path / "lake").resolve().as_uri()
+    else:
+        url = f"memory://lake-{tmp_path.name}"  # the memory filesystem is shared by the process
+        yield url
+        if UPath(url).exists():
+            UPath(url).fs.rm(UPath(url).path, recursive=True)
+
+
+def stored(root: str, *parts: str) -> UPath:
+    """A file of the lake, found independently of `path_for`."""
+    return UPath(root).joinpath(*parts)
+
+
+@pytest.mark.parametrize("root_url", ["file:///srv/lake", "memory://lake", "s3://bucket/lake"])
+def test_paths_under_a_url_root_keep_the_layout_and_show_the_url(root_url: str):
+    lake = ParquetLake(root=root_url)
+    path = lake.path_for(dg.AssetKey("raw_flights"), "2013-01-02")
+    assert str(path) == f"{root_url}/raw_flights/2013-01-02.parquet"
+    assert str(lake.path_for(dg.AssetKey(["prefix", "planes"]), None)) == (
+        f"{root_url}/prefix/planes/data.parquet"
+    )
+    documents = JsonDocuments(root=root_url)
+    assert str(documents.path_for(dg.AssetKey("gate"), None)) == f"{root_url}/gate/data.json"
+    assert local_path(path) == (
+        Path("/srv/lake/raw_flights/2013-01-02.parquet") if root_url.startswith("file:") else None
+    )
+
+
+@pytest.mark.parametrize("root_url", ["file:///srv/lake", "memory://lake", "s3://bucket/lake"])
+@pytest.mark.parametrize(
+    "partition",
+    ["..", "../2013-01-02", "/etc/passwd", "2013\\01", "%2e%2e", "2013-01-02/../../x", ".x", ""],
+)
+def test_unsafe_partition_keys_are_refused_under_url_roots(root_url: str, partition: str):
+    with pytest.raises(LakePathError):
+        ParquetLake(root=root_url).path_for(dg.AssetKey("raw_flights"), partition)
+    with pytest.raises(LakePathError):
+        LakeFiles(root=root_url).path_for(dg.AssetKey("raw_flights"), partition)
+
+
+@pytest.mark.parametrize("root_url", ["file:///srv/lake", "memory://lake", "s3://bucket/lake"])
+@pytest.mark.parametrize("part", ["..", "a/b", "/abs", "..\\x", "%2e%2e"])
+def test_unsafe_asset_key_parts_are_refused_under_url_roots(root_url: str, part: str):
+    with pytest.raises(LakePathError):
+        JsonDocuments(root=root_url).path_for(dg.AssetKey(["ok", part]), None)
+
+
+def test_a_symlink_leading_out_of_a_file_url_lake_is_refused(tmp_path: Path):
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "lake" / "raw_flights").symlink_to(tmp_path / "outside")
+    lake = ParquetLake(root=(tmp_path / "lake").as_uri())
+    with pytest.raises(LakePathError):
+        lake.path_for(dg.AssetKey("raw_flights"), "2013-01-02")
+
+
+def test_io_managers_round_trip_tables_and_documents_with_the_same_data_version(root: str):
+    document = {"folder": "runs/1", "scores": [0.5, 0.75]}
+    loaded: dict[str, object] = {}
+
+    @dg.asset(io_manager_key="lake")
+    def table() -> pd.DataFrame:
+        return frame()
+
+    @dg.asset(io_manager_key="documents")
+    def report() -> dict:
+        return document
+
+    @dg.asset
+    def reader(table: pd.DataFrame, report: dict) -> None:
+        loaded.update(table=table, report=report)
+
+    result = dg.materialize(
+        [table, report, reader],
+        resources={"lake": ParquetLake(root=root), "documents": JsonDocuments(root=root)},
+    )
+
+    assert result.success
+    pd.testing.assert_frame_equal(loaded["table"], frame())
+    assert loaded["report"] == document
+    assert stored(root, "table", "data.parquet").is_file()
+    assert stored(root, "report", "data.json").is_file()
+    (written,) = result.asset_materializations_for_node("table")
+    assert written.metadata["path"].value == str(ParquetLake(root=root).path_for(table.key, None))
+    assert written.metadata["content_hash"].value == content_hash(frame())
+    # The same frame has the same data version wherever the lake is.
+    assert written.tags["dagster/data_version"] == content_hash(frame())
+    assert stored_hash(ParquetLake(root=root).path_for(table.key, None)) == content_hash(frame())
+
+
+def test_partitions_are_read_back_concatenated_in_order(root: str):
+    days = dg.StaticPartitionsDefinition(["2013-01-01", "2013-01-02", "2013-01-03"])
+    lake = ParquetLake(root=root)
+    key = dg.AssetKey("daily")
+    for day, rows in zip(days.get_partition_keys(), (2, 3, 4), strict=True):
+        write_parquet_atomically(frame(rows).assign(day=day), lake.path_for(key, day))
+
+    context = dg.build_input_context(
+        asset_key=key,
+        asset_partitions_def=days,
+        asset_partition_key_range=dg.PartitionKeyRange("2013-01-02", "2013-01-03"),
+    )
+    loaded = lake.load_input(context)
+
+    assert loaded["day"].tolist() == ["2013-01-02"] * 3 + ["2013-01-03"] * 4
+    assert loaded.index.tolist() == list(range(7))
+
+
+def test_reading_an_unmaterialized_partition_says_which(root: str):
+    context = dg.build_input_context(asset_key=dg.AssetKey("never"), partition_key="2013-01-01")
+    with pytest.raises(FileNotFoundError, match="never partition 2013-01-01"):
+        ParquetLake(root=root).load_input(context)
+
+
+def test_a_failed_write_leaves_the_previous_object_and_nothing_else(root: str):
+    path = ParquetLake(root=root).path_for(dg.AssetKey("t"), None)
+    write_parquet_atomically(frame(3), path)
+    before = path.read_bytes()
+
+    def dies_midway(table, sink, **kwargs):
+        sink.write(b"PAR1 half a file")
+        raise KeyboardInterrupt  # a BaseException, like the signal that stops a run
+
+    with mock.patch("pyarrow.parquet.write_table", dies_midway), pytest.raises(KeyboardInterrupt):
+        write_parquet_atomically(frame(10), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in stored(root, "t").iterdir()] == ["data.parquet"]
+
+
+def test_documents_are_replaced_whole_or_not_at_all(root: str):
+    path = JsonDocuments(root=root).path_for(dg.AssetKey("doc"), "2013-01-01")
+    write_text_atomically('{"v": 1}', path)
+    write_text_atomically('{"v": 2}', path)
+    assert stored(root, "doc", "2013-01-01.json").read_text() == '{"v": 2}'
+
+    with pytest.raises(UnicodeEncodeError):  # fails inside the write, the file already open
+        write_text_atomically('{"v": "\udcff"}', path)
+    assert path.read_text() == '{"v": 2}'
+    assert [p.name for p in stored(root, "doc").iterdir()] == ["2013-01-01.json"]
+
+
+def test_a_local_target_becomes_the_lake_file_only_when_complete(root: str):
+    files = LakeFiles(root=root)
+    path = files.path_for(dg.AssetKey("predictions"), "2013-01-01")
+    write_parquet_atomically(frame(2), path)
+    before = path.read_bytes()
+
+    with pytest.raises(RuntimeError), files.local_target(path) as target:
+        target.write_bytes(b"half")
+        raise RuntimeError("the scorer failed")
+    assert path.read_bytes() == before
+
+    with files.local_target(path) as target:
+        frame(4).to_parquet(target)
+    pd.testing.assert_frame_equal(pd.read_parquet(path.open("rb")), frame(4))
+    assert [p.name for p in stored(root, "predictions").iterdir()] == ["2013-01-01.parquet"]
+
+
+def test_a_local_lake_hands_its_own_file_to_other_processes(tmp_path: Path):
+    for root_ in (str(tmp_path / "lake"), (tmp_path / "lake").as_uri()):
+        lake = LakePaths(root=root_)
+        write_parquet_atomically(frame(), lake.path_for(dg.AssetKey("training_set"), None))
+        handed = lake.load_input(dg.build_input_context(asset_key=dg.AssetKey("training_set")))
+        assert handed == tmp_path.resolve() / "lake" / "training_set" / "data.parquet"
+        assert isinstance(handed, Path) and not isinstance(handed, UPath)
+
+
+def test_a_remote_lake_hands_over_a_local_copy_named_by_its_content(tmp_path: Path):
+    url = f"memory://lake-{tmp_path.name}"
+    lake = LakePaths(root=url, staging_dir=str(tmp_path / "staging"))
+    key = dg.AssetKey("training_set")
+    context = dg.build_input_context(asset_key=key)
+    try:
+        write_parquet_atomically(frame(), lake.path_for(key, None))
+        first = lake.load_input(context)
+        assert first == tmp_path / "staging" / "training_set" / f"{content_hash(frame())}.parquet"
+        assert first.read_bytes() == lake.path_for(key, None).read_bytes()
+
+        again = lake.load_input(context)
+        assert again == first
+
+        write_parquet_atomically(frame(7), lake.path_for(key, None))
+        second = lake.load_input(context)
+        assert second.name == f"{content_hash(frame(7))}.parquet"
+        pd.testing.assert_frame_equal(pd.read_parquet(second), frame(7))
+        assert sorted(p.name for p in second.parent.iterdir()) == sorted([first.name, second.name])
+    finally:
+        UPath(url).fs.rm(UPath(url).path, recursive=True)
+
+
+def test_a_copy_is_named_by_what_was_downloaded_not_by_what_was_there_before(tmp_path: Path):
+    url = f"memory://lake-{tmp_path.name}"
+    lake = LakePaths(root=url, staging_dir=str(tmp_path / "staging"))
+    key = dg.AssetKey("training_set")
+    path = lake.path_for(key, None)
+    try:
+        write_parquet_atomically(frame(), path)
+        old_footer = stored_hash(path)
+        write_parquet_atomically(frame(9), path)  # replaced after its footer was read
+        with mock.patch("resources.lake.stored_hash", side_effect=[old_footer, stored_hash(path)]):
+            copy = lake.load_input(dg.build_input_context(asset_key=key))
+        assert copy.name == f"{content_hash(frame(9))}.parquet"
+        pd.testing.assert_frame_equal(pd.read_parquet(copy), frame(9))
+    finally:
+        UPath(url).fs.rm(UPath(url).path, recursive=True)
+
+
+def test_a_remote_lake_needs_a_staging_folder_for_its_paths():
+    with pytest.raises(ValueError, match="staging_dir"):
+        LakePaths(root="s3://bucket/lake")
+    assert LakePaths(root="file:///srv/lake").staging_dir is None
