@@ -17,6 +17,8 @@ from pydantic import Field
 
 from assets import EXTERNAL_RETRY
 from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, model_evaluation
+from assets.pods import EVALUATION as EVALUATION_POD
+from assets.pods import SMALL
 from assets.training import TrainedRun
 from resources.lake import from_document
 from resources.registry import MlflowRegistry, RegistryError
@@ -68,6 +70,7 @@ class OnnxModel:
     kinds={"onnx"},
     code_version="1",
     io_manager_key="documents",
+    op_tags=EVALUATION_POD,
     check_specs=[
         dg.AssetCheckSpec(
             PARITY,
@@ -239,6 +242,7 @@ class RegisteredModel:
     io_manager_key="documents",
     pool=REGISTRY_POOL,
     retry_policy=EXTERNAL_RETRY,
+    op_tags=SMALL,
 )
 def registered_model(
     context: dg.AssetExecutionContext,

@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY
+from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun, trained_model
 from resources.lake import from_document
 from resources.serving import ModelServing
@@ -128,6 +129,7 @@ class ModelEvaluation:
     code_version="1",
     io_manager_key="documents",
     retry_policy=EXTERNAL_RETRY,  # fetches the champion from MLflow
+    op_tags=EVALUATION_POD,
     check_specs=[
         dg.AssetCheckSpec(name, asset="model_evaluation", description=text, blocking=True)
         for name, text in GATE_RULES.items()

@@ -12,6 +12,7 @@ import dagster as dg
 
 from assets import EXTERNAL_RETRY
 from assets.ingestion import airports, planes
+from assets.pods import FEATURES as FEATURES_POD
 from assets.validation import publish_flights, publish_weather
 from pipelines.partitions import DATA_TIMEZONE, daily_partitions, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
@@ -47,6 +48,7 @@ def _feature_table(name: str, description: str, **ins: dg.AssetIn):
         group_name=FEATURES,
         kinds=KINDS,
         io_manager_key="lake",
+        op_tags=FEATURES_POD,
     )
 
 
@@ -151,6 +153,7 @@ FEATURE_TABLES = [
     code_version=declarations_version(DEFAULT_REPO),
     pool=REGISTRY_POOL,
     retry_policy=EXTERNAL_RETRY,
+    op_tags=FEATURES_POD,
 )
 def feature_registry(feature_store: FeastFeatureStore) -> dg.MaterializeResult:
     """The Feast registry: feature_repo/'s entities, views and services, applied."""
@@ -174,6 +177,7 @@ def feature_registry(feature_store: FeastFeatureStore) -> dg.MaterializeResult:
     code_version="1",
     pool=REGISTRY_POOL,
     retry_policy=EXTERNAL_RETRY,
+    op_tags=FEATURES_POD,
 )
 def online_features(
     context: dg.AssetExecutionContext, feature_store: FeastFeatureStore
@@ -223,6 +227,7 @@ class TrainingSetConfig(dg.Config):
     io_manager_key="lake",
     code_version="1",
     retry_policy=EXTERNAL_RETRY,
+    op_tags=FEATURES_POD,
 )
 def training_set(
     context: dg.AssetExecutionContext, config: TrainingSetConfig, feature_store: FeastFeatureStore

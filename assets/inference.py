@@ -18,6 +18,7 @@ from assets import EXTERNAL_RETRY
 from assets.deployment import registered_model
 from assets.evaluation import REGISTERED_MODEL
 from assets.features import FEATURE_TABLES
+from assets.pods import EVALUATION as EVALUATION_POD
 from pipelines.partitions import daily_partitions
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles
@@ -49,6 +50,7 @@ class BatchPredictionsConfig(dg.Config):
     # and publishes the day, and this step says why it made nothing (downstream is skipped).
     output_required=False,
     retry_policy=EXTERNAL_RETRY,
+    op_tags=EVALUATION_POD,
 )
 def batch_predictions(
     context: dg.AssetExecutionContext,

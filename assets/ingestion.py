@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets import EXTERNAL_RETRY
 from assets.contracts import FLIGHTS, WEATHER
+from assets.pods import SMALL
 from pipelines.partitions import daily_partitions, partition_day
 from resources.expectations import TableContract
 from resources.sources import RawSource, SourceError
@@ -45,6 +46,7 @@ def _lake_asset(name: str, description: str, partitions_def: dg.PartitionsDefini
         kinds=KINDS,
         io_manager_key="lake",
         retry_policy=EXTERNAL_RETRY,  # the source may be a network share or an object store
+        op_tags=SMALL,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import Field
 from assets import EXTERNAL_RETRY
 from assets.evaluation import REGISTERED_MODEL, markdown_image
 from assets.inference import batch_predictions, feature_chunks
+from assets.pods import EVALUATION as EVALUATION_POD
 from pipelines.partitions import daily_partitions
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, write_text_atomically
@@ -58,6 +59,7 @@ class FeatureDriftConfig(dg.Config):
     deps=[batch_predictions],
     output_required=False,  # nothing to compare before the first champion
     retry_policy=EXTERNAL_RETRY,
+    op_tags=EVALUATION_POD,
     group_name=MONITORING,
     kinds={"pandas", "onnx", "feast"},
     code_version="1",

@@ -12,6 +12,7 @@ import dagster as dg
 from pydantic import Field, create_model
 
 from assets.features import training_set
+from assets.pods import TRAINING as TRAINING_POD
 from ml.config import TrainConfig, fields_of
 from resources.launchers import TrainingLauncher
 from resources.registry import EpochMetrics, MlflowRegistry
@@ -70,6 +71,7 @@ class TrainedRun:
     # config or input is never retried (the launcher raises Failure(allow_retries=False)).
     retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
     pool="training",  # one training at a time: it takes every core (dagster.yaml)
+    op_tags=TRAINING_POD,  # GPUs for torchrun in the step pod (assets/pods.py)
 )
 def trained_model(
     context: dg.AssetExecutionContext,

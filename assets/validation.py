@@ -14,6 +14,7 @@ import dagster as dg
 
 from assets.contracts import FLIGHTS, WEATHER
 from assets.ingestion import airlines, raw_flights, raw_weather
+from assets.pods import SMALL
 from pipelines.partitions import daily_partitions
 from resources.expectations import GreatExpectations, TableContract, ValidationReport
 
@@ -146,6 +147,7 @@ def _publication(table: str, validated: str) -> dict[str, Any]:
     """The settings shared by the publishing multi-assets: one published and one quarantined
     table per raw table, daily, written to the lake together."""
     return {
+        "op_tags": SMALL,
         "outs": {
             f"validated_{table}": dg.AssetOut(
                 io_manager_key="lake",
