@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
+from pydantic import Field
 
 if TYPE_CHECKING:
     import feast
@@ -68,10 +69,29 @@ class FeastFeatureStore(dg.ConfigurableResource):
 
     With `home` set, the local registry, SQLite online store and the offline store's root move
     under that folder (`<home>/feast/`, `<home>/lake`), so tests and other checkouts never share
-    state; without it, the paths in feature_store.yaml apply as written (as for the feast CLI)."""
+    state; without it, the paths in feature_store.yaml apply as written (as for the feast CLI).
+    The production profile replaces the registry and the online store with shared services
+    (`registry_url`, `redis_url`) and points the offline store at the lake (`offline_root`); the
+    declarations stay the same."""
 
     repo_path: str
     home: str | None = None
+    registry_url: str | None = Field(
+        default=None,
+        description="A SQL registry instead of the file one: a SQLAlchemy URL such as"
+        " postgresql+psycopg2://feast@db:5432/feast. Set through an env var (it may hold a"
+        " password).",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="A Redis online store instead of SQLite, as Feast's connection string:"
+        " host:port[,db=N][,password=...][,ssl=true]. Set through an env var.",
+    )
+    offline_root: str | None = Field(
+        default=None,
+        description="The folder the offline store reads the lake's tables from (a local or"
+        " mounted path).",
+    )
 
     def apply(self) -> AppliedRepo:
         """Register the repo's declarations, delete what was removed from them, create the online
@@ -81,10 +101,14 @@ class FeastFeatureStore(dg.ConfigurableResource):
         store = self.store()
         with _inside(Path(self.repo_path).resolve()) as root:
             repo = parse_repo(root)
-        to_apply, to_delete, _, _ = extract_objects_for_apply_delete(
-            store.project, store.registry, repo
-        )
-        store.apply(cast(list[Any], to_apply), objects_to_delete=list(to_delete), partial=False)
+        with _one_apply_at_a_time(store):
+            # What to add and delete is decided against the registry as it is now, not as this
+            # process last cached it: another apply may just have changed it.
+            store.refresh_registry()
+            to_apply, to_delete, _, _ = extract_objects_for_apply_delete(
+                store.project, store.registry, repo
+            )
+            store.apply(cast(list[Any], to_apply), objects_to_delete=list(to_delete), partial=False)
         return AppliedRepo(
             entities=sorted(e.name for e in repo.entities),
             feature_views=sorted(v.name for v in repo.feature_views),
@@ -182,7 +206,59 @@ class FeastFeatureStore(dg.ConfigurableResource):
         return job.to_df()
 
     def store(self) -> "feast.FeatureStore":
-        return _feature_store(str(Path(self.repo_path).resolve()), self.home)
+        return _feature_store(
+            str(Path(self.repo_path).resolve()),
+            self.home,
+            Services(self.registry_url, self.redis_url, self.offline_root),
+        )
+
+
+@contextlib.contextmanager
+def _one_apply_at_a_time(store: "feast.FeatureStore") -> Iterator[None]:
+    """Hold the project's apply lock: two applies of one project at once race (on the SQL
+    registry the second insert of a view's version row fails with a unique violation; on the
+    file registry the last writer's copy wins). Dagster's `feast_registry` pool serializes its
+    own runs, but not a CLI `feast apply` or a second deployment, hence a lock in the registry's
+    own storage: a PostgreSQL advisory lock for the SQL registry there (released by the server
+    if the holder dies), an exclusive lock on a file beside a file registry. Other SQL
+    databases get no lock."""
+    registry = store.config.registry
+    assert registry is not None  # RepoConfig always has one
+    path = str(registry.path)
+    key = f"feast apply {store.project}"
+    if getattr(registry, "registry_type", "file") == "sql":
+        if not path.startswith("postgresql"):
+            yield
+            return
+        import sqlalchemy
+        from sqlalchemy.pool import NullPool
+
+        lock_id = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
+        engine = sqlalchemy.create_engine(path, poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:id)"), {"id": lock_id})
+                try:
+                    yield
+                finally:
+                    connection.execute(
+                        sqlalchemy.text("SELECT pg_advisory_unlock(:id)"), {"id": lock_id}
+                    )
+        finally:
+            engine.dispose()
+        return
+    import fcntl
+
+    registry_file = Path(path)
+    if not registry_file.is_absolute():
+        registry_file = Path(store.repo_path) / registry_file
+    registry_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(registry_file.with_name(registry_file.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
@@ -199,8 +275,61 @@ def _inside(repo_path: Path) -> Iterator[Path]:
         sys.path.remove(str(repo_path))
 
 
+@dataclass(frozen=True)
+class Services:
+    """Shared services that replace feature_store.yaml's local ones (None: keep the file's)."""
+
+    registry_url: str | None = None
+    redis_url: str | None = None
+    offline_root: str | None = None
+
+    def apply_to(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """`settings` with these services in place of the file's registry, online and offline
+        stores."""
+        moved = dict(settings)
+        if self.registry_url is not None:
+            moved["registry"] = {
+                "registry_type": "sql",
+                "path": self.registry_url,
+                # Other processes apply too (one per Dagster run); a minute-old cache is what a
+                # run that started before an apply may see, and every apply refreshes its own.
+                "cache_ttl_seconds": 60,
+                # A connection dropped by a database restart is replaced instead of failing the
+                # next query.
+                "sqlalchemy_config_kwargs": {"pool_pre_ping": True},
+            }
+        if self.redis_url is not None:
+            moved["online_store"] = {"type": "redis", "connection_string": self.redis_url}
+            # The bulk engine writes SQLite only; Feast's own engine writes any online store.
+            moved["batch_engine"] = "local"
+        if self.offline_root is not None:
+            offline = dict(moved.get("offline_store") or {})
+            offline["root"] = local_folder(self.offline_root)
+            moved["offline_store"] = offline
+        return moved
+
+
+def local_folder(location: str) -> str:
+    """The folder a lake location names: a path, or a file:// URL. The offline store joins with
+    DuckDB over local (or mounted) Parquet files; a lake in an object store needs a warehouse
+    offline store in feature_store.yaml instead, so other schemes are refused by name."""
+    from urllib.parse import unquote, urlparse
+
+    if "://" not in location:
+        return location
+    url = urlparse(location)
+    if url.scheme != "file" or url.netloc not in ("", "localhost"):
+        raise ValueError(
+            f"the offline store reads a local or mounted folder, not {url.scheme}:// ({location});"
+            " mount the lake, or configure a warehouse offline store in feature_store.yaml"
+        )
+    return unquote(url.path)
+
+
 @functools.cache
-def _feature_store(repo_path: str, home: str | None) -> "feast.FeatureStore":
+def _feature_store(
+    repo_path: str, home: str | None, services: Services = Services()
+) -> "feast.FeatureStore":
     """One FeatureStore per process and setting: it caches the registry between calls."""
     import feast
     import yaml
@@ -210,6 +339,7 @@ def _feature_store(repo_path: str, home: str | None) -> "feast.FeatureStore":
     settings: dict[str, Any] = yaml.safe_load(os.path.expandvars(text))
     if home is not None:
         settings = _under_home(settings, Path(home))
+    settings = services.apply_to(settings)
     config = RepoConfig(repo_path=Path(repo_path), **settings)
     return feast.FeatureStore(repo_path=repo_path, config=config)
 
