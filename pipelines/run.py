@@ -47,11 +47,11 @@ class DayOutcome:
     """Which rules quarantined rows of a published day."""
 
 
-def ensure_dagster_home(home: Path, repo_root: Path) -> Path:
-    """DAGSTER_HOME (default `<home>/dagster_home`) with the project's dagster.yaml in it."""
+def ensure_dagster_home(home: Path, instance_file: Path) -> Path:
+    """DAGSTER_HOME (default `<home>/dagster_home`) with the profile's instance file in it."""
     dagster_home = Path(os.environ.setdefault("DAGSTER_HOME", str(home / "dagster_home")))
     dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(repo_root / "dagster.yaml", dagster_home / "dagster.yaml")
+    shutil.copyfile(instance_file, dagster_home / "dagster.yaml")
     return dagster_home
 
 
@@ -318,11 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     import feast  # noqa: F401
 
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
-    from pipelines.definitions import REPO_ROOT, defs, local_home
+    from pipelines.definitions import defs, environment, instance_file, local_home
     from pipelines.partitions import daily_partitions, training_config
 
     home = local_home()
-    ensure_dagster_home(home, REPO_ROOT)
+    ensure_dagster_home(home, instance_file(environment()))
     start, end = dt.date.fromisoformat(args.start), dt.date.fromisoformat(args.end)
     if (end - start).days < 2:
         parser.error(f"the training window {start}..{end} needs at least 3 days (train/val/test)")

@@ -1,0 +1,228 @@
+"""The environments of pipelines/definitions.py: what the production profile reads from the
+environment (and that deploy/.env.example lists all of it), its instance file, the Feast services
+it swaps in, and the launcher chosen per environment. Nothing here connects to a service."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import dagster as dg
+import pytest
+import yaml
+
+from pipelines.definitions import (
+    INSTANCE_FILES,
+    environment,
+    launcher,
+    production_resources,
+    resources_for,
+)
+from resources.feature_store import Services, local_folder
+from resources.kubernetes import K8sMultiNode, K8sPod
+from resources.launchers import LocalTorchrun
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_EXAMPLE = REPO / "deploy" / ".env.example"
+
+
+def env_vars(value: object) -> set[str]:
+    """Names of the EnvVars a resource (and the resources it holds) reads."""
+    if isinstance(value, dg.EnvVar):
+        return {value.env_var_name}
+    if isinstance(value, dg.ConfigurableResource | dg.ConfigurableIOManager):
+        return set().union(*(env_vars(getattr(value, f)) for f in type(value).model_fields))
+    return set()
+
+
+def listed() -> set[str]:
+    names = re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", ENV_EXAMPLE.read_text(), re.MULTILINE)
+    return set(names)
+
+
+def instance_env_vars(path: Path) -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if set(node) == {"env"}:
+                found.add(node["env"])
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(yaml.safe_load(path.read_text()))
+    return found
+
+
+def test_every_setting_the_production_profile_reads_is_in_the_env_example(tmp_path):
+    read = set().union(*(env_vars(r) for r in production_resources(tmp_path).values()))
+    assert {
+        "ML_LIFECYCLE_LAKE_URL",
+        "FEAST_REGISTRY_URL",
+        "FEAST_REDIS_URL",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_ARTIFACT_ROOT",
+    } <= read
+    read |= instance_env_vars(INSTANCE_FILES["prod"])
+    assert "DAGSTER_POSTGRES_URL" in read
+    read |= {"ML_LIFECYCLE_ENV", "ML_LIFECYCLE_HOME", "ML_LIFECYCLE_LAUNCHER", "DAGSTER_HOME"}
+    assert read <= listed(), sorted(read - listed())
+
+
+def test_the_production_instance_file_is_a_valid_instance_config(tmp_path):
+    from dagster._core.instance.config import dagster_instance_config
+
+    (tmp_path / "dagster.yaml").write_text(INSTANCE_FILES["prod"].read_text())
+    with mock.patch.dict(os.environ, {"DAGSTER_POSTGRES_URL": "postgresql+psycopg2://u@h/db"}):
+        config, _ = dagster_instance_config(str(tmp_path))
+    assert config["storage"]["postgres"]["postgres_url"] == {"env": "DAGSTER_POSTGRES_URL"}
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    limits = config["concurrency"]["runs"]
+    backfill = {t["key"]: t["limit"] for t in limits["tag_concurrency_limits"]}["dagster/backfill"]
+    assert 0 < backfill < limits["max_concurrent_runs"]
+    assert config["run_monitoring"]["enabled"] and config["run_retries"]["enabled"]
+
+
+def test_an_unknown_environment_is_refused_by_name():
+    staging = {"ML_LIFECYCLE_ENV": "staging"}
+    expected = r"ML_LIFECYCLE_ENV='staging'.*'local' or 'prod'"
+    with mock.patch.dict(os.environ, staging), pytest.raises(ValueError, match=expected):
+        environment()
+    with pytest.raises(ValueError, match="ML_LIFECYCLE_ENV='staging'"):
+        resources_for("staging")
+
+
+def test_loading_the_production_profile_connects_to_nothing_and_imports_nothing_heavy(tmp_path):
+    probe = (
+        "import json, sys; import pipelines.definitions as d; d.defs.resolve_asset_graph();"
+        "print(json.dumps(sorted(m for m in ('feast', 'mlflow', 'torch', 'redis', 'psycopg2',"
+        " 'great_expectations') if m in sys.modules)))"
+    )
+    # Every service address is unreachable: loading must not try any of them.
+    variables = {
+        "ML_LIFECYCLE_ENV": "prod",
+        "ML_LIFECYCLE_HOME": str(tmp_path),
+        "ML_LIFECYCLE_LAKE_URL": "file:///nonexistent/lake",
+        "FEAST_REGISTRY_URL": "postgresql+psycopg2://nobody@192.0.2.1:1/none",
+        "FEAST_REDIS_URL": "192.0.2.1:1",
+        "MLFLOW_TRACKING_URI": "postgresql://nobody@192.0.2.1:1/none",
+        "MLFLOW_ARTIFACT_ROOT": "file:///nonexistent/artifacts",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **variables},
+        timeout=120,
+    ).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_the_services_replace_the_files_registry_and_online_store():
+    settings = {
+        "registry": "/home/feast/registry.db",
+        "online_store": {"type": "sqlite", "path": "/home/feast/online.db"},
+        "batch_engine": "ml.featurestore.online_sqlite.BulkSqliteComputeEngine",
+        "offline_store": {"type": "some.Store", "root": "/home/lake"},
+    }
+    moved = Services(
+        registry_url="postgresql+psycopg2://feast@db/feast",
+        redis_url="redis:6379,db=2",
+        offline_root="file:///srv/lake%20a",
+    ).apply_to(settings)
+    assert moved["registry"]["registry_type"] == "sql"
+    assert moved["registry"]["path"] == "postgresql+psycopg2://feast@db/feast"
+    assert moved["online_store"] == {"type": "redis", "connection_string": "redis:6379,db=2"}
+    assert moved["batch_engine"] == "local"
+    assert moved["offline_store"] == {"type": "some.Store", "root": "/srv/lake a"}
+    assert Services().apply_to(settings) == settings
+
+
+def test_the_offline_store_refuses_a_lake_it_cannot_read_by_scheme():
+    assert local_folder("/srv/lake") == "/srv/lake"
+    assert local_folder("file:///srv/lake") == "/srv/lake"
+    with pytest.raises(ValueError, match="not s3://"):
+        local_folder("s3://bucket/lake")
+
+
+CLUSTER = {
+    "output_root": "/checkpoints",
+    "namespace": "ml-training",
+    "checkpoint_claim": "training-checkpoints",
+    "gpus_per_pod": 4,
+}
+
+
+def test_the_launcher_is_chosen_per_environment_with_the_image_the_code_runs_in(tmp_path):
+    settings = tmp_path / "launcher.yaml"
+    settings.write_text(yaml.safe_dump(CLUSTER))
+    image = "registry.example.com/ml-lifecycle@sha256:" + "a" * 64
+    base = {"ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings), "IMAGE_TAG": image}
+    with mock.patch.dict(os.environ, {"ML_LIFECYCLE_LAUNCHER": "torchrun"}):
+        assert isinstance(launcher(tmp_path), LocalTorchrun)
+    with mock.patch.dict(os.environ, {**base, "ML_LIFECYCLE_LAUNCHER": "k8s-pod"}):
+        pod = launcher(tmp_path)
+    assert isinstance(pod, K8sPod)
+    assert (pod.image, pod.gpus_per_pod, pod.namespace) == (image, 4, "ml-training")
+    with mock.patch.dict(os.environ, {**base, "ML_LIFECYCLE_LAUNCHER": "k8s-multinode"}):
+        assert isinstance(launcher(tmp_path), K8sMultiNode)
+
+
+def test_a_wrong_launcher_setting_is_refused_when_the_code_loads(tmp_path):
+    slurm = {"ML_LIFECYCLE_LAUNCHER": "slurm"}
+    expected = r"ML_LIFECYCLE_LAUNCHER='slurm'.*k8s-pod"
+    with mock.patch.dict(os.environ, slurm), pytest.raises(ValueError, match=expected):
+        launcher(tmp_path)
+    with mock.patch.dict(os.environ, {"ML_LIFECYCLE_LAUNCHER": "k8s-pod"}):
+        os.environ.pop("ML_LIFECYCLE_LAUNCHER_CONFIG", None)
+        with pytest.raises(ValueError, match="needs ML_LIFECYCLE_LAUNCHER_CONFIG"):
+            launcher(tmp_path)
+    settings = tmp_path / "launcher.yaml"
+    settings.write_text(yaml.safe_dump({**CLUSTER, "output_root": "relative/path"}))
+    variables = {
+        "ML_LIFECYCLE_LAUNCHER": "k8s-pod",
+        "ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings),
+        "IMAGE_TAG": "img:1",
+    }
+    with mock.patch.dict(os.environ, variables), pytest.raises(ValueError, match="output_root"):
+        launcher(tmp_path)
+
+
+def test_the_executor_is_chosen_by_name_and_a_wrong_one_is_refused():
+    from dagster_k8s import k8s_job_executor
+
+    from pipelines.definitions import executor
+
+    chosen = {}
+    for name in ("in_process", "multiprocess", "k8s_job"):
+        with mock.patch.dict(os.environ, {"ML_LIFECYCLE_EXECUTOR": name}):
+            chosen[name] = executor()
+    assert chosen == {
+        "in_process": dg.in_process_executor,
+        "multiprocess": dg.multiprocess_executor,
+        "k8s_job": k8s_job_executor,
+    }
+    wrong = {"ML_LIFECYCLE_EXECUTOR": "celery"}
+    with mock.patch.dict(os.environ, wrong), pytest.raises(ValueError, match="'celery'"):
+        executor()
+
+
+def test_the_launcher_settings_deployed_as_a_configmap_build_both_cluster_launchers(tmp_path):
+    configmap = yaml.safe_load((REPO / "deploy" / "k8s" / "launcher-config.yaml").read_text())
+    settings = tmp_path / "launcher.yaml"
+    settings.write_text(configmap["data"]["launcher.yaml"])
+    for kind, cls in (("k8s-pod", K8sPod), ("k8s-multinode", K8sMultiNode)):
+        variables = {"ML_LIFECYCLE_LAUNCHER": kind, "ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings)}
+        with mock.patch.dict(os.environ, variables):
+            built = launcher(tmp_path)
+        assert isinstance(built, cls)
+        assert built.gpus_per_pod >= 1 and built.service_account == "ml-trainer"
