@@ -213,6 +213,8 @@ class LakePaths(ParquetLake):
 
     @model_validator(mode="after")
     def _staging_for_a_remote_lake(self) -> "LakePaths":
+        if isinstance(self.root, dg.EnvVar):  # checked once Dagster has resolved it, at run time
+            return self
         if local_path(lake_root(self.root)) is None and not self.staging_dir:
             raise ValueError(f"staging_dir is required for the remote lake root {self.root!r}")
         return self

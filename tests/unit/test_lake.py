@@ -316,3 +316,18 @@ def test_a_remote_lake_needs_a_staging_folder_for_its_paths():
     with pytest.raises(ValueError, match="staging_dir"):
         LakePaths(root="s3://bucket/lake")
     assert LakePaths(root="file:///srv/lake").staging_dir is None
+
+
+def test_a_lake_root_from_the_environment_is_checked_once_resolved(monkeypatch):
+    monkeypatch.setenv("TEST_LAKE_ROOT", "memory://lake-from-env")
+    paths = LakePaths(root=dg.EnvVar("TEST_LAKE_ROOT"))  # unresolved until a run starts
+
+    @dg.asset(ins={"upstream": dg.AssetIn(input_manager_key="paths")})
+    def reader(upstream: Path) -> None: ...
+
+    upstream = dg.AssetSpec("upstream")
+    with pytest.raises(dg.DagsterResourceFunctionError) as raised:
+        dg.materialize([upstream, reader], selection=[reader.key], resources={"paths": paths})
+    assert "staging_dir is required for the remote lake root 'memory://lake-from-env'" in str(
+        raised.value.__cause__
+    )
