@@ -519,15 +519,12 @@ def _measure(
             killed_at = now - launched
             num_succeeded_at_kill = instance.get_runs_count(succeeded)
             num_in_progress_at_kill = running
-        if (
-            killed_at is not None
-            and not daemon.alive()
-            and now - launched > killed_at + config.daemon_down_s
-        ):
+        killed_only = killed_at is not None and daemon is processes[1]  # not restarted yet
+        if killed_only and now - launched > (killed_at or 0) + config.daemon_down_s:
             daemon = start_daemon(2)
             processes.append(daemon)
         for process in (processes[0], daemon):
-            if not process.alive() and not (process is daemon and killed_at is not None):
+            if not process.alive() and not (process is daemon and killed_only):
                 raise RuntimeError(f"the {process.name} exited:\n{process.tail()}")
         if now - launched > config.timeout_s:
             raise RuntimeError(
@@ -567,7 +564,8 @@ def _measure(
     all_run_ids = [run.run_id for run in instance.get_runs()]
     for run_id in all_run_ids:
         for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-            evaluation = entry.dagster_event.event_specific_data  # type: ignore[union-attr]
+            evaluation = entry.asset_check_evaluation
+            assert evaluation is not None  # of_type returns check evaluations only
             key = (evaluation.check_name, evaluation.partition or "")
             evaluations.setdefault(key, []).append(evaluation.passed)
     # The logs of the processes, and the runs' captured stdout/stderr (under storage/).
@@ -645,7 +643,7 @@ def summary(result: LoadResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(INSTANCE_FILES), required=True)
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--kill-daemon", action="store_true")
