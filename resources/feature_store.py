@@ -174,14 +174,35 @@ class FeastFeatureStore(dg.ConfigurableResource):
         ]
 
     def online_features(self, entity_rows: "pd.DataFrame", service: str) -> "pd.DataFrame":
-        """The online store's current features of a FeatureService for each entity row."""
+        """The online store's current features of a FeatureService for each entity row.
+
+        A missing text key (a flight without a tail number) finds nothing, so that view's
+        features are null, as offline. Feast's Redis store cannot sort a null key at all (it
+        raises TypeError), so the lookup uses an empty string, no entity's key, and the row keeps
+        its null; a missing number key is refused by name."""
+        import pandas as pd
+
         store = self.store()
+        lookup = entity_rows.copy()
+        for column in lookup.columns:
+            missing = lookup[column].isna()
+            if not missing.any():
+                continue
+            if pd.api.types.is_numeric_dtype(lookup[column]):
+                raise ValueError(
+                    f"online features: entity key {column!r} is missing in {int(missing.sum())}"
+                    " row(s); a number key must be present"
+                )
+            lookup[column] = lookup[column].astype(object).where(~missing, "")
         response = store.get_online_features(
             features=store.get_feature_service(service),
-            entity_rows={str(c): entity_rows[c].tolist() for c in entity_rows.columns},
+            entity_rows={str(c): lookup[c].tolist() for c in lookup.columns},
             full_feature_names=True,
-        )
-        return response.to_df()
+        ).to_df()
+        for column in entity_rows.columns:
+            if column in response.columns and entity_rows[column].isna().any():
+                response[column] = entity_rows[column].to_numpy()
+        return response
 
     def view_rows(self, view: str, start: dt.datetime, end: dt.datetime) -> "pd.DataFrame":
         """Every row of a feature view's source with an event timestamp in [start, end), with the
