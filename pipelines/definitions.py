@@ -134,7 +134,9 @@ def production_resources(home: Path) -> dict[str, object]:
     return {
         "source": _source(),
         "lake": ParquetLake(root=lake),
-        "lake_paths": LakePaths(root=lake),
+        # A training set in an object store is copied here for torchrun (on a volume the
+        # training pods mount at the same path, with the Kubernetes launchers).
+        "lake_paths": LakePaths(root=lake, staging_dir=str(home / "lake-staging")),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(
             repo_path=str(DEFAULT_REPO),
