@@ -17,7 +17,7 @@ from resources.lake import ParquetLake
 from resources.sources import BundledFlightsSource, DropFolderSource
 
 # The shared trained world (session-scoped `world` fixture).
-pytest_plugins = ["tests.world"]
+pytest_plugins = ["tests.world", "tests.production"]
 
 LIFECYCLE_GROUPS = {
     "ingestion",
