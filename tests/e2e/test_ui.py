@@ -1,14 +1,15 @@
 """`make dev`'s server on the shared trained world, used as a person and as a client would: the
 API answers on 127.0.0.1 with the asset graph, partitions, checks, schedules and sensors; a real
 browser materializes a partition and launches a backfill from the UI and reads the model's
-metrics; and a 30-day backfill launched through the API is executed by `dagster dev`'s daemon.
+metrics. (A month's backfill launched through the API and run by the daemon, on the production
+profile under its run queue, is tests/e2e/test_backfill_load.py.)
 
 Runs and backfills go through the server's queue and daemon, not `execute_in_process`, so this is
 the path a person's click takes. The browser is Debian's chromium (`.ci/run` installs it).
 Screenshots of each browser step land in `<repo>/.local/ui-screenshots/`.
 
 Changes to the world: drops and raw partitions (with their contract checks) of days no other test
-uses, `raw_flights` of 2013-04-01..03 and `raw_flights` and `raw_weather` of March 2013.
+uses, `raw_flights` of 2013-04-01..03.
 """
 
 import json
@@ -25,12 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from resources.lake import stored_hash
 from tests.conftest import LIFECYCLE_GROUPS
 from tests.world import World, make_drops
 
@@ -39,15 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = REPO / ".local" / "ui-screenshots"
 
-# Days nobody else in the session uses: the browser's run and backfill, and the API's backfill.
+# Days nobody else in the session uses: the browser's run and backfill.
 UI_RUN_DAY = "2013-04-01"
 UI_BACKFILL_DAYS = ["2013-04-02", "2013-04-03"]
-API_BACKFILL_DAYS = [f"2013-03-{d:02d}" for d in range(1, 31)]
-# Ingestion only, with its blocking GX checks: one run per day, two at a time, each a fresh process
-# running GX and rendering the check's Data Docs, so 30 days took 4-5.5 min on two cores. With the
-# publishing multi-assets it measured about the same (4 min), still well past this test's budget.
-API_BACKFILL_CHECKS = {"raw_flights": "flights_contract", "raw_weather": "weather_contract"}
-API_BACKFILL_ASSETS = sorted(API_BACKFILL_CHECKS)
 
 GROUPS = LIFECYCLE_GROUPS
 ASSETS_QUERY = """{ assetNodes { assetKey { path } groupName
@@ -65,12 +58,6 @@ BACKFILL_QUERY = """query($id: String!) { partitionBackfillOrError(backfillId: $
       ... on AssetPartitionsStatusCounts { assetKey { path } numPartitionsTargeted
         numPartitionsMaterialized numPartitionsFailed numPartitionsInProgress } } } }
   ... on PythonError { message } } }"""
-LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message }
-    ... on InvalidSubsetError { message } ... on UnauthorizedError { message } } }"""
-CHECKS_QUERY = """query($asset: AssetKeyInput!, $check: String!) {
-  assetCheckExecutions(assetKey: $asset, checkName: $check, limit: 1000) { partition status } }"""
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 
@@ -127,7 +114,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(world: World) -> Iterator[Server]:
     """`dagster dev -w workspace.yaml` serving the world, as `make dev` starts it."""
-    make_drops(world.drops, [UI_RUN_DAY, *UI_BACKFILL_DAYS, *API_BACKFILL_DAYS])
+    make_drops(world.drops, [UI_RUN_DAY, *UI_BACKFILL_DAYS])
     port = free_port()
     log = world.home / f"dagster-dev-{port}.log"
     started = time.monotonic()
@@ -347,62 +334,3 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     for name in ("nightly_daily_partition", "nightly_retrain", "drift_retrain"):
         page.get_by_text(name, exact=True).first.wait_for()
     screenshot(page, "9-automation")
-
-
-@pytest.mark.timeout(1800)
-def test_a_30_day_backfill_launched_through_the_api_runs_each_partition_once(
-    server: Server, world: World
-):
-    started = time.monotonic()
-    launched = server.graphql(
-        LAUNCH_BACKFILL,
-        {
-            "params": {
-                "partitionNames": API_BACKFILL_DAYS,
-                "assetSelection": [{"path": [a]} for a in API_BACKFILL_ASSETS],
-                "title": "30 days of March",
-            }
-        },
-    )["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-
-    finished = server.finished_backfill(launched["backfillId"], timeout_s=1500)
-    sys.stderr.write(f"30-day backfill finished in {time.monotonic() - started:.0f} s\n")
-
-    assert finished["status"] in {"COMPLETED", "COMPLETED_SUCCESS"}, finished
-    assert finished["numPartitions"] == len(API_BACKFILL_DAYS)
-    counts = {
-        "/".join(s["assetKey"]["path"]): (
-            s["numPartitionsMaterialized"],
-            s["numPartitionsFailed"],
-        )
-        for s in finished["assetBackfillData"]["assetBackfillStatuses"]
-    }
-    assert counts == {a: (len(API_BACKFILL_DAYS), 0) for a in API_BACKFILL_ASSETS}
-    for asset in API_BACKFILL_ASSETS:
-        table = asset.removeprefix("raw_")
-        records = world.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=API_BACKFILL_DAYS),
-            limit=1000,
-        ).records
-        materialized = {}
-        for record in records:
-            event = record.asset_materialization
-            assert event is not None and event.partition not in materialized, event
-            materialized[event.partition] = event
-        assert sorted(materialized) == API_BACKFILL_DAYS, asset
-        for day, event in materialized.items():
-            path = world.home / "lake" / asset / f"{day}.parquet"
-            rows = drop_rows(world, table, day)
-            assert rows > 0, (asset, day)
-            assert lake_rows(world, asset, day) == rows, (asset, day)
-            assert event.metadata["dagster/row_count"].value == rows, (asset, day)
-            assert event.tags is not None
-            assert event.tags["dagster/data_version"] == stored_hash(path), (asset, day)
-        executions = server.graphql(
-            CHECKS_QUERY, {"asset": {"path": [asset]}, "check": API_BACKFILL_CHECKS[asset]}
-        )["assetCheckExecutions"]
-        checked = sorted(
-            (e["partition"], e["status"]) for e in executions if e["partition"] in materialized
-        )
-        assert checked == [(day, "SUCCEEDED") for day in API_BACKFILL_DAYS], asset
