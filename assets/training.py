@@ -141,6 +141,7 @@ def trained_model(
             "layout": str(getattr(reported.get("layout"), "value", "as launched")),
             "resumed_from": result["resumed_from"] or "none",
             "weights": dg.MetadataValue.path(result["weights"]),
+            "weights_sha256": result["weights_sha256"],
             "checkpoints": dg.MetadataValue.path(str(output / "checkpoints")),
             "manifest": dg.MetadataValue.json(manifest),
             "data_fingerprint": manifest["data_fingerprint"],

@@ -64,6 +64,8 @@ class TrainResult:
     train_loss: list[float]
     validation_loss: list[float]
     weights: str
+    weights_sha256: str
+    """sha256 of the weights file as written: what a later reader can check the file against."""
     resumed_from: str | None
     precision: str
     samples_per_s: float
@@ -198,8 +200,10 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     probabilities = torch.sigmoid(predict(model, validation_set, autocast)).cpu().numpy()
     validation = binary_metrics(validation_set.label.numpy(), probabilities)
     weights = Path(config.output_dir) / WEIGHTS
+    weights_sha256 = ""  # rank 0 writes the file and reports the result
     if ranks.is_main:
         save_file(best_weights, weights)
+        weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
         (Path(config.output_dir) / PREPROCESSOR).write_text(preprocessor.to_json())
         RunManifest(
             seed=config.seed,
@@ -219,6 +223,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         train_loss=history["train_loss"],
         validation_loss=losses,
         weights=str(weights),
+        weights_sha256=weights_sha256,
         resumed_from=str(resumed.path) if resumed else None,
         precision=str(dtype or torch.float32).removeprefix("torch."),
         samples_per_s=trained_rows / training_s if training_s else math.nan,
