@@ -642,6 +642,46 @@ def _measure(
     )
 
 
+def problems(result: LoadResult) -> list[str]:
+    """Every promise of the load the result breaks, one line each naming the partition, what
+    was promised and the count found; empty when it held. The benchmark exits 1 on any, so a
+    90-day measurement is also a 90-day check."""
+    found: list[str] = []
+    if result.backfill_status != "COMPLETED_SUCCESS":
+        found.append(f"backfill {result.backfill_id} ended {result.backfill_status}")
+    for day, runs in result.runs_by_partition.items():
+        statuses = [run.status for run in runs]
+        if statuses != ["SUCCESS"]:
+            found.append(f"partition {day}: one successful run expected, got {statuses}")
+    if result.num_runs_outside_backfill:
+        found.append(f"{result.num_runs_outside_backfill} run(s) outside the backfill")
+    for (asset, day), count in sorted(result.materializations.items()):
+        if count != 1:
+            found.append(f"partition {day}: {asset} materialized {count} times, not once")
+        stored = result.stored.get((asset, day))
+        if stored is None:
+            continue
+        if not stored.lake_rows == stored.recorded_rows > 0:
+            found.append(
+                f"partition {day}: {asset} lake file has {stored.lake_rows} rows, its"
+                f" materialization recorded {stored.recorded_rows}"
+            )
+        if stored.data_version != stored.lake_hash:
+            found.append(f"partition {day}: {asset} data version is not its lake file's hash")
+    for (check, day), passed in sorted(result.check_evaluations.items()):
+        if passed != [True]:
+            found.append(f"partition {day}: {check} evaluations {passed}, not one pass")
+    limit = result.backfill_tag_limit or result.max_concurrent_runs
+    if result.max_overlap_runs > limit or result.max_sampled_in_progress > limit:
+        found.append(
+            f"the backfill limit {limit} was exceeded: {result.max_overlap_runs} runs held a"
+            f" slot at once, {result.max_sampled_in_progress} were seen in progress"
+        )
+    if result.locked_lines:
+        found.append(f"{len(result.locked_lines)} line(s) say {LOCKED!r}")
+    return found
+
+
 def summary(result: LoadResult) -> str:
     """The figures docs/benchmarks.md records, as one block of text."""
     c, p = result.config, result.phases
@@ -699,7 +739,13 @@ def main(argv: list[str] | None = None) -> None:
         postgres_server=args.postgres,
     )
     print(f"uptime at the start: {_uptime()}")
-    print(summary(run_backfill_load(config)))
+    result = run_backfill_load(config)
+    print(summary(result))
+    broken = problems(result)
+    print(f"promises: {'all held' if not broken else f'{len(broken)} broken'}")
+    for line in broken:
+        print(f"  {line}")
+    sys.exit(1 if broken else 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+"""The load benchmark's verdict (`benchmarks.backfill_load.problems`): a clean result passes, and
+each broken promise is named with its partition and count, so a 90-day run is also a check."""
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmarks.backfill_load import (
+    ASSETS,
+    CHECKS,
+    LoadConfig,
+    LoadResult,
+    Phases,
+    RunTimes,
+    StoredPartition,
+    max_overlap,
+    problems,
+)
+
+pytestmark = pytest.mark.unit
+
+CONFIG = LoadConfig(profile="prod", num_days=3)
+
+
+def run(day: str, status: str = "SUCCESS", start: float = 0.0) -> RunTimes:
+    return RunTimes(f"run-{day}-{start}", day, status, start, start + 1, start + 2, start + 5, {})
+
+
+def clean() -> LoadResult:
+    days = CONFIG.days
+    return LoadResult(
+        config=CONFIG,
+        backfill_id="b1",
+        backfill_status="COMPLETED_SUCCESS",
+        wall_s=30.0,
+        max_concurrent_runs=3,
+        backfill_tag_limit=2,
+        materializations={(a, d): 1 for a in ASSETS for d in days},
+        stored={(a, d): StoredPartition(900, "h", 900, "h") for a in ASSETS for d in days},
+        check_evaluations={(c, d): [True] for c in CHECKS.values() for d in days},
+        runs=[run(day, start=10.0 * n) for n, day in enumerate(days)],
+        num_runs_outside_backfill=0,
+        max_overlap_runs=2,
+        max_overlap_executing=2,
+        max_sampled_in_progress=2,
+        num_samples=100,
+        phases=Phases(*[math.nan] * 3, {}, *[math.nan] * 3),
+        locked_lines=[],
+    )
+
+
+def test_a_clean_backfill_breaks_no_promise():
+    assert problems(clean()) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"backfill_status": "COMPLETED_FAILED"}, "backfill b1 ended COMPLETED_FAILED"),
+        ({"num_runs_outside_backfill": 1}, "1 run(s) outside the backfill"),
+        ({"max_overlap_runs": 3}, "the backfill limit 2 was exceeded: 3 runs held a slot"),
+        ({"locked_lines": ["database is locked"]}, "1 line(s) say 'database is locked'"),
+    ],
+)
+def test_a_broken_promise_of_the_whole_backfill_is_named(change: dict, expected: str):
+    (found,) = problems(dataclasses.replace(clean(), **change))
+    assert found.startswith(expected)
+
+
+def test_a_partition_run_twice_materialized_twice_or_failing_its_check_is_named():
+    day = CONFIG.days[1]
+    result = clean()
+    result = dataclasses.replace(
+        result,
+        runs=[*result.runs, run(day, "FAILURE", start=50.0)],
+        materializations={**result.materializations, ("raw_weather", day): 2},
+        check_evaluations={**result.check_evaluations, ("flights_contract", day): [False, True]},
+        stored={**result.stored, ("raw_flights", day): StoredPartition(900, "h", 899, "h")},
+    )
+    assert problems(result) == [
+        f"partition {day}: one successful run expected, got ['SUCCESS', 'FAILURE']",
+        f"partition {day}: raw_flights lake file has 899 rows, its materialization recorded 900",
+        f"partition {day}: raw_weather materialized 2 times, not once",
+        f"partition {day}: flights_contract evaluations [False, True], not one pass",
+    ]
+
+
+def test_the_overlap_of_runs_is_exact_at_shared_instants():
+    # One run ending as the next starts did not hold a slot at the same time.
+    assert max_overlap([(0, 5), (5, 9), (4, 6)]) == 2
+    assert max_overlap([]) == 0
