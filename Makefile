@@ -45,8 +45,10 @@ instance:
 run: $(ENV_STAMP) instance
 	$(BIN)/python -m pipelines.run
 
+# Two test processes: the tests on the shared worlds in one, every other module as a unit of
+# its own (tests/conftest.py), the longest first.
 test: $(ENV_STAMP)
-	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not gpu" -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 dev: $(ENV_STAMP) instance
 	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000

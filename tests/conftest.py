@@ -31,6 +31,28 @@ LIFECYCLE_GROUPS = {
 }
 """The asset groups the issue names: the lifecycle's stages, in order."""
 
+SHARED_WORLDS = {"world", "production"}
+"""Session fixtures that take minutes to build: every test using one runs in one test process."""
+
+
+def _on_shared_world(item: pytest.Item) -> bool:
+    return bool(SHARED_WORLDS & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The units of work `make test` hands to its two test processes (`--dist loadgroup`, which
+    reads these marks when collection ends): the tests on the shared worlds form one unit, kept
+    in their order (later ones rely on what earlier ones did to the champion); every other
+    module is a unit of its own, so that no module-scoped fixture is built twice."""
+    group = "worlds" if _on_shared_world(item) else item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The shared worlds' tests first: the longest unit starts at once."""
+    items.sort(key=lambda item: not _on_shared_world(item))
+
+
 GOOD_DAY = "2013-01-02"
 DAILY = dg.AssetSelection.assets(
     "raw_flights",
