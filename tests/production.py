@@ -167,10 +167,10 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
         launcher = resources["launcher"]
         assert isinstance(launcher, LocalTorchrun)
-        # One process, as configured: a layout chosen by measurement depends on the load, and
-        # another world size gives other weights. A new resource, not `model_copy(update=...)`,
-        # whose change Dagster drops when it builds the resource for a run.
-        resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=1)
+        # A fixed layout (2 processes x 1 thread): one chosen by measurement depends on the load,
+        # and another world size gives other weights. A new resource, not
+        # `model_copy(update=...)`, whose change Dagster drops when it builds a run's resources.
+        resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=2)
         registry = resources["mlflow"]
         assert isinstance(registry, MlflowRegistry)
         with instance:

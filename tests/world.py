@@ -125,10 +125,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     )
     launcher = resources["launcher"]
     assert isinstance(launcher, LocalTorchrun)
-    # One process, as configured: a layout chosen by measurement depends on the load, and
-    # another world size gives other weights. A new resource, not `model_copy(update=...)`,
-    # whose change Dagster drops when it builds the resource for a run.
-    resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=1)
+    # A fixed layout (2 processes x 1 thread): one chosen by measurement depends on the load,
+    # and another world size gives other weights. A new resource, not
+    # `model_copy(update=...)`, whose change Dagster drops when it builds a run's resources.
+    resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=2)
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
