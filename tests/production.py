@@ -29,7 +29,7 @@ from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
-from tests.world import GOOD, HISTORY, WINDOW, WINTER, World, make_drops
+from tests.world import GOOD, HISTORY, WINDOW, WINTER, World, fixed_layout, make_drops
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = ("127.0.0.1", 5432)
@@ -167,10 +167,7 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
         launcher = resources["launcher"]
         assert isinstance(launcher, LocalTorchrun)
-        # A fixed layout (2 processes x 1 thread): one chosen by measurement depends on the load,
-        # and another world size gives other weights. A new resource, not
-        # `model_copy(update=...)`, whose change Dagster drops when it builds a run's resources.
-        resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=2)
+        resources["launcher"] = fixed_layout(launcher)
         registry = resources["mlflow"]
         assert isinstance(registry, MlflowRegistry)
         with instance:

@@ -104,6 +104,13 @@ class World:
         )
 
 
+def fixed_layout(launcher: LocalTorchrun) -> LocalTorchrun:
+    """`launcher` with 2 processes x 1 thread: a layout chosen by measurement depends on the
+    load, and another world size gives other weights. A new resource, not
+    `model_copy(update=...)`, whose change Dagster drops when it builds a run's resources."""
+    return LocalTorchrun(output_root=launcher.output_root, processes=2)
+
+
 def make_drops(root: Path, days: list[str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for table in ("airlines", "airports", "planes"):
@@ -125,10 +132,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     )
     launcher = resources["launcher"]
     assert isinstance(launcher, LocalTorchrun)
-    # A fixed layout (2 processes x 1 thread): one chosen by measurement depends on the load,
-    # and another world size gives other weights. A new resource, not
-    # `model_copy(update=...)`, whose change Dagster drops when it builds a run's resources.
-    resources["launcher"] = LocalTorchrun(output_root=launcher.output_root, processes=2)
+    resources["launcher"] = fixed_layout(launcher)
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
