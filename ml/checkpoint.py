@@ -6,20 +6,27 @@ RNG states (`torch.save` of tensors and plain values, read back with `weights_on
 trainer's position (JSON), a manifest with the sha256 of every file, and last a `COMPLETE`
 marker; then the directory is renamed into place. Loading takes the newest directory whose
 marker exists and whose files match the manifest; anything else is ignored.
+
+A checkpoint root can also record which training it belongs to (`begin_attempt`: a key naming
+the config, data and code) and whether that training ended (`finish_attempt`). A later attempt
+at the same training in a fresh root, such as the next run after one that was killed, starts
+from the newest complete checkpoint an unfinished earlier attempt left (`resume_earlier`).
 """
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from ml.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,7 @@ POSITION = "position.json"
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 PREFIX = "step-"
+ATTEMPT = "attempt.json"
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ def save(
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, temp / WEIGHTS)
     torch.save(state, temp / STATE)
     (temp / POSITION).write_text(json.dumps(asdict(position), sort_keys=True))
-    manifest = {name: _sha256(temp / name) for name in (WEIGHTS, STATE, POSITION)}
+    manifest = {name: sha256_file(temp / name) for name in (WEIGHTS, STATE, POSITION)}
     (temp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     (temp / COMPLETE).write_text("")
     for path in temp.iterdir():
@@ -104,21 +112,72 @@ def latest(root: Path, world_size: int) -> Checkpoint | None:
     return None
 
 
+def begin_attempt(root: Path, key: str) -> None:
+    """Record that the training `key` names writes its checkpoints under `root`."""
+    _write_attempt(root, {"key": key, "state": "running"})
+
+
+def finish_attempt(root: Path) -> None:
+    """Record that the training under `root` ended: its checkpoints are no longer resumed."""
+    attempt = _attempt(root)
+    if attempt is not None:
+        _write_attempt(root, {**attempt, "state": "finished"})
+
+
+def resume_earlier(root: Path, others: Iterable[Path], world_size: int | None) -> Path | None:
+    """Copy into `root` the newest complete checkpoint of an unfinished earlier attempt at the
+    same training (the same key, see `begin_attempt`) among the roots `others`, and hand that
+    attempt over (it is not resumed twice); `world_size`, when fixed, must be the checkpoint's.
+    Does nothing when `root` has a checkpoint of its own. Returns the copy, if one was made."""
+    attempt = _attempt(root)
+    if attempt is None or any(_intact(path) for path in root.glob(f"{PREFIX}*")):
+        return None
+    found: list[tuple[int, Path, Path]] = []
+    for other in others:
+        earlier = _attempt(other)
+        if other == root or earlier is None:
+            continue
+        if earlier["key"] != attempt["key"] or earlier["state"] != "running":
+            continue
+        for path in sorted(other.glob(f"{PREFIX}*"), reverse=True):
+            if _intact(path):
+                position = Position(**json.loads((path / POSITION).read_text()))
+                if world_size in (None, position.world_size):
+                    found.append((position.step, path, other))
+                break
+    if not found:
+        return None
+    _, source, other = max(found)
+    temp = root / f".{source.name}-{uuid.uuid4().hex[:8]}.tmp"
+    shutil.copytree(source, temp)
+    for path in temp.iterdir():
+        _fsync(path)
+    os.replace(temp, root / source.name)
+    _fsync(root)
+    _write_attempt(other, {**attempt, "state": f"taken over by {root}"})
+    log.info("resuming from %s, left by an unfinished earlier attempt", source)
+    return root / source.name
+
+
+def _attempt(root: Path) -> dict[str, str] | None:
+    path = root / ATTEMPT
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_attempt(root: Path, attempt: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    temp = root / f".{ATTEMPT}.{uuid.uuid4().hex[:8]}.tmp"
+    temp.write_text(json.dumps(attempt, sort_keys=True))
+    os.replace(temp, root / ATTEMPT)
+
+
 def _intact(path: Path) -> bool:
     if not (path / COMPLETE).is_file() or not (path / MANIFEST).is_file():
         return False
     manifest = json.loads((path / MANIFEST).read_text())
     return all(
-        (path / name).is_file() and _sha256(path / name) == h for name, h in manifest.items()
+        (path / name).is_file() and sha256_file(path / name) == h for name, h in manifest.items()
     )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fsync(path: Path) -> None:

@@ -6,7 +6,9 @@ On the command line every field is a dotted flag: `--optim.lr 0.003 --model.hidd
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -85,6 +87,16 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def attempt_key(self, data_sha256: str, code: str) -> str:
+        """Names the training this config runs on the data with sha256 `data_sha256` with the
+        code `code`, wherever its files go: two attempts with one key train the same weights
+        (at one world size), so a later one may resume from an earlier one's checkpoints."""
+        identity = self.to_dict()
+        identity.pop("output_dir")
+        identity["data"] = {**identity["data"], "training_set": data_sha256}
+        text = json.dumps({"config": identity, "code": code}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":

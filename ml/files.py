@@ -1,5 +1,6 @@
 """Files that appear whole or not at all."""
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -9,6 +10,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from upath import UPath
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read a block at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager

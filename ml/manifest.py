@@ -48,7 +48,7 @@ class RunManifest:
 def environment(repo: Path) -> dict:
     """The parts of a manifest that describe the code and the machine, not the run."""
     return {
-        "git_commit": _git_commit(repo),
+        "git_commit": git_commit(repo),
         "lock_sha256": _sha256_of(repo / "requirements.lock"),
         "libraries": {name: _version(name) for name in LIBRARIES},
         "python": platform.python_version(),
@@ -59,7 +59,8 @@ def environment(repo: Path) -> dict:
     }
 
 
-def _git_commit(repo: Path) -> str:
+def git_commit(repo: Path) -> str:
+    """HEAD of the repository at `repo`, `+dirty` when tracked files differ from it."""
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"],

@@ -231,6 +231,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     )
     if ranks.is_main:
         (Path(config.output_dir) / RESULT).write_text(json.dumps(asdict(result), indent=2))
+        checkpoint.finish_attempt(root)
     return result
 
 

@@ -33,6 +33,14 @@ HISTORY_DAYS = 28
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+def run_tags() -> dict[str, str]:
+    """Tags of every run this command starts: the machine it runs on, by which the next
+    `make run` (or the daemon) tells that a run left unfinished here was killed."""
+    from pipelines.run_health import HOST_TAG, this_host
+
+    return {HOST_TAG: this_host()}
+
+
 @dataclass
 class DayOutcome:
     """What one partition's run did, for the summary."""
@@ -57,7 +65,11 @@ def ensure_dagster_home(home: Path, instance_file: Path) -> Path:
 
 def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str) -> DayOutcome:
     result = job.execute_in_process(
-        partition_key=partition, instance=instance, raise_on_error=False, run_config=QUIET
+        partition_key=partition,
+        instance=instance,
+        raise_on_error=False,
+        run_config=QUIET,
+        tags=run_tags(),
     )
     outcome = DayOutcome(partition=partition, success=result.success)
     for event in result.all_events:
@@ -104,7 +116,9 @@ def run_asset(
     job: dg.JobDefinition, instance: dg.DagsterInstance, ops: dict, window: str = ""
 ) -> AssetRun:
     run_config = {**QUIET, "ops": ops}
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=run_config)
+    result = job.execute_in_process(
+        instance=instance, raise_on_error=False, run_config=run_config, tags=run_tags()
+    )
     outcome = AssetRun(result.success, window)
     for event in result.all_events:
         if event.is_step_materialization:
@@ -129,7 +143,11 @@ def score_days(
     scored = {}
     for partition in partitions:
         result = job.execute_in_process(
-            partition_key=partition, instance=instance, raise_on_error=False, run_config=QUIET
+            partition_key=partition,
+            instance=instance,
+            raise_on_error=False,
+            run_config=QUIET,
+            tags=run_tags(),
         )
         outcome = AssetRun(result.success, partition)
         for event in result.all_events:
@@ -302,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         " are processed too, for the trailing-delay history",
     )
     parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
+
     parser.add_argument(
         "--processes",
         type=int,
@@ -320,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
     from pipelines.definitions import defs, environment, instance_file, local_home
     from pipelines.partitions import daily_partitions, training_config
+    from pipelines.run_health import release_dead_runs
 
     home = local_home()
     ensure_dagster_home(home, instance_file(environment()))
@@ -337,12 +357,15 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
+        # A run an earlier, killed `make run` left unfinished would hold its pool slots forever.
+        for released in release_dead_runs(instance):
+            print(f"run {released.run_id} ({released.job_name}): {released.reason}", flush=True)
         for job, what in (
             ("load_dimensions", "Loading the dimension tables"),
             ("apply_feature_registry", "Applying the Feast registry"),
         ):
             setup = defs.resolve_job_def(job).execute_in_process(
-                instance=instance, raise_on_error=False, run_config=QUIET
+                instance=instance, raise_on_error=False, run_config=QUIET, tags=run_tags()
             )
             if not setup.success:
                 print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)

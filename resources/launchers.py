@@ -54,6 +54,22 @@ class LocalTorchrun(TrainingLauncher):
     )
     max_restarts: int = Field(default=2, description="torchrun --max-restarts.")
 
+    def resume_earlier_attempt(self, config: TrainConfig) -> Path | None:
+        """Give this run's checkpoints a head start: the newest complete checkpoint an earlier
+        run left when it was killed training the same config on the same data with the same
+        code (a new run, as after `make run` was killed, or a run retry of a dead run); a step
+        retry of this run resumes from its own folder anyway."""
+        from ml import checkpoint
+        from ml.files import sha256_file
+        from ml.manifest import git_commit
+
+        data = sha256_file(Path(config.data.training_set))
+        key = config.attempt_key(data, git_commit(Path(__file__).resolve().parents[1]))
+        root = Path(config.output_dir) / "checkpoints"
+        checkpoint.begin_attempt(root, key)
+        earlier = Path(self.output_root).glob("*/checkpoints")
+        return checkpoint.resume_earlier(root, earlier, self.processes)
+
     def layout(
         self, context: dg.AssetExecutionContext, config: TrainConfig
     ) -> tuple[int, int, TrainConfig, str]:
@@ -82,6 +98,9 @@ class LocalTorchrun(TrainingLauncher):
     def launch(
         self, context: dg.AssetExecutionContext, config: TrainConfig
     ) -> dg.MaterializeResult:
+        resumed = self.resume_earlier_attempt(config)
+        if resumed is not None:
+            context.log.info(f"resuming from {resumed}, left by an earlier run that did not end")
         processes, threads, config, why = self.layout(context, config)
         command = [
             sys.executable,
@@ -128,7 +147,12 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     last error it logged. A cancelled step stops every process of the node (torchrun and its
     workers share a new session), not just torchrun."""
     process = subprocess.Popen(
-        command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_terminate_with_parent,
     )
     errors: deque[str] = deque(maxlen=1)
     try:
@@ -145,6 +169,23 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[int, str]:
         except subprocess.TimeoutExpired:
             _kill_group(process, signal.SIGKILL)
         raise
+
+
+def _terminate_with_parent() -> None:
+    """In the node's process, before it runs: SIGTERM it when the step's process dies, however
+    (SIGKILL, OOM), so that torchrun stops its workers instead of training on as orphans in a
+    session of their own. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing is set."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _kill_group(process: subprocess.Popen, sig: signal.Signals) -> None:
