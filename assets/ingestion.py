@@ -9,7 +9,7 @@ from assets.contracts import FLIGHTS, WEATHER
 from assets.pods import SMALL
 from pipelines.partitions import daily_partitions, partition_day
 from resources.expectations import TableContract
-from resources.sources import RawSource, SourceError
+from resources.sources import RawSource, RawTable, SourceError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,8 +31,16 @@ def _ingest_day(
             metadata={"partition": context.partition_key, "rule": "readable_drop"},
             allow_retries=False,
         ) from exc
-    context.add_output_metadata({"source": dg.MetadataValue.url(drop.uri)})
+    context.add_output_metadata(_lineage(drop))
     return drop.frame
+
+
+def _lineage(table: RawTable) -> dict[str, dg.MetadataValue]:
+    """Where a table was read from: the real file and the sha256 of the bytes read."""
+    return {
+        "source": dg.MetadataValue.url(table.uri),
+        "source_sha256": dg.MetadataValue.text(table.sha256),
+    }
 
 
 def _lake_asset(name: str, description: str, partitions_def: dg.PartitionsDefinition | None = None):
@@ -77,7 +85,7 @@ def _dimension(name: str, description: str) -> dg.AssetsDefinition:
             raise dg.Failure(
                 description=f"table {name!r}: rule min_rows failed: 0 rows in {table.uri}"
             )
-        context.add_output_metadata({"source": dg.MetadataValue.url(table.uri)})
+        context.add_output_metadata(_lineage(table))
         return table.frame
 
     return _load

@@ -4,15 +4,21 @@ Both sources hand back a table exactly as received (pandas' own type inference, 
 that validation sees what arrived. The one thing a source does decide is how timestamp columns are
 parsed, because it must not hide a missing timezone: ISO strings with an offset become UTC-aware
 values; strings without one stay timezone-naive for validation to refuse; anything else stays text.
+
+A drop folder is a boundary: a drop that is a link, or that resolves outside the folder, is
+refused by name, and a table records the real file it was read from with the sha256 of its bytes.
 """
 
 import datetime as dt
 import functools
+import hashlib
 import importlib.util
+import io
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +43,9 @@ class RawTable:
 
     frame: "pd.DataFrame"
     uri: str
+    """The real file the rows were read from (never a link to it)."""
+    sha256: str
+    """sha256 of that file's bytes, as read."""
 
 
 class RawSource(dg.ConfigurableResource, ABC):
@@ -68,11 +77,17 @@ class BundledFlightsSource(RawSource):
         if frame is None:
             frame = _bundled_frame(table).iloc[0:0]
         frame = parse_timestamps(frame.reset_index(drop=True), timestamp_columns)
-        return RawTable(frame=frame, uri=f"{_bundled_path(table).as_uri()}#day={day.isoformat()}")
+        return RawTable(
+            frame=frame,
+            uri=f"{_bundled_path(table).as_uri()}#day={day.isoformat()}",
+            sha256=_bundled_file(table).sha256,
+        )
 
     def read_table(self, table: str) -> RawTable:
         frame = _bundled_frame(_checked_table_name(table)).copy()
-        return RawTable(frame=frame, uri=_bundled_path(table).as_uri())
+        return RawTable(
+            frame=frame, uri=_bundled_path(table).as_uri(), sha256=_bundled_file(table).sha256
+        )
 
 
 class DropFolderSource(RawSource):
@@ -84,16 +99,18 @@ class DropFolderSource(RawSource):
     def read_day(
         self, table: str, day: dt.date, *, timestamp_columns: Sequence[str] = ()
     ) -> RawTable:
-        folder = Path(self.root) / _checked_table_name(table)
-        path = _single_drop(folder, day.isoformat(), what=f"table {table!r}, day {day}")
-        frame = parse_timestamps(
-            _read_file(path, what=f"table {table!r}, day {day}"), timestamp_columns
-        )
-        return RawTable(frame=frame, uri=path.as_uri())
+        what = f"table {table!r}, day {day}"
+        root = Path(self.root).resolve()
+        folder = _not_a_link(root, root / _checked_table_name(table), what=what)
+        drop = _read_file(_single_drop(root, folder, day.isoformat(), what=what), what=what)
+        return replace(drop, frame=parse_timestamps(drop.frame, timestamp_columns))
 
     def read_table(self, table: str) -> RawTable:
-        path = _single_drop(Path(self.root), _checked_table_name(table), what=f"table {table!r}")
-        return RawTable(frame=_read_file(path, what=f"table {table!r}"), uri=path.as_uri())
+        what = f"table {table!r}"
+        root = Path(self.root).resolve()
+        return _read_file(
+            _single_drop(root, root, _checked_table_name(table), what=what), what=what
+        )
 
 
 def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataFrame":
@@ -129,9 +146,19 @@ def _checked_table_name(table: str) -> str:
     return table
 
 
-def _single_drop(folder: Path, stem: str, *, what: str) -> Path:
-    found = [folder / f"{stem}{suffix}" for suffix in DROP_SUFFIXES]
-    found = [path for path in found if path.is_file()]
+def _not_a_link(root: Path, entry: Path, *, what: str) -> Path:
+    """`entry`, refused by name if it is a link: a drop folder must not read files from elsewhere
+    on the machine. With `root` resolved and neither the table folder nor the drop a link, a drop
+    cannot resolve outside the root."""
+    if entry.is_symlink():
+        raise SourceError(f"{what}: {entry.relative_to(root)} is a link; drops must be real files")
+    return entry
+
+
+def _single_drop(root: Path, folder: Path, stem: str, *, what: str) -> Path:
+    entries = [folder / f"{stem}{suffix}" for suffix in DROP_SUFFIXES]
+    # A link counts as found, dangling or not, so that it is refused rather than reported missing.
+    found = [_not_a_link(root, e, what=what) for e in entries if e.is_symlink() or e.is_file()]
     if not found:
         raise SourceError(f"{what}: no drop at {folder}/{stem}{{{','.join(DROP_SUFFIXES)}}}")
     if len(found) > 1:
@@ -139,16 +166,24 @@ def _single_drop(folder: Path, stem: str, *, what: str) -> Path:
     return found[0]
 
 
-def _read_file(path: Path, *, what: str) -> "pd.DataFrame":
+def _read_file(path: Path, *, what: str) -> RawTable:
+    """The table in `path`, parsed from the same bytes its sha256 is taken of."""
     import pandas as pd
     import pyarrow as pa
 
-    if path.stat().st_size == 0:
+    try:
+        # O_NOFOLLOW: a link swapped in after the checks above is still not followed.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise SourceError(f"{what}: {path} cannot be read: {exc}") from exc
+    if not data:
         raise SourceError(f"{what}: {path} is an empty file (0 bytes, not even a header)")
     try:
         if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path, low_memory=False)
+            frame = pd.read_parquet(io.BytesIO(data))
+        else:
+            frame = pd.read_csv(io.BytesIO(data), low_memory=False)
     except (
         pd.errors.ParserError,
         pd.errors.EmptyDataError,
@@ -157,6 +192,7 @@ def _read_file(path: Path, *, what: str) -> "pd.DataFrame":
         OSError,
     ) as exc:
         raise SourceError(f"{what}: {path} is corrupt or truncated: {exc}") from exc
+    return RawTable(frame=frame, uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest())
 
 
 def _bundled_path(table: str) -> Path:
@@ -172,11 +208,20 @@ def _bundled_path(table: str) -> Path:
 
 
 @functools.cache
-def _bundled_frame(table: str) -> "pd.DataFrame":
+def _bundled_file(table: str) -> RawTable:
+    """A bundled file, read and hashed once per process."""
     import pandas as pd
 
+    path = _bundled_path(table)
+    data = path.read_bytes()
+    compression = "zip" if path.suffix == ".zip" else None
     # Keep the files' own "NA" spelling as missing, as the data set's authors intend.
-    return pd.read_csv(_bundled_path(table), low_memory=False)
+    frame = pd.read_csv(io.BytesIO(data), low_memory=False, compression=compression)
+    return RawTable(frame=frame, uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest())
+
+
+def _bundled_frame(table: str) -> "pd.DataFrame":
+    return _bundled_file(table).frame
 
 
 @functools.cache

@@ -167,3 +167,26 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(
         assert lifecycle.path(asset).read_bytes() == content
     # The weather of the same day is unaffected and still published.
     assert "validated_weather" in built
+
+
+def test_a_drop_linked_to_a_file_elsewhere_is_refused_and_its_content_is_seen_nowhere(
+    lifecycle: Lifecycle, drops: Path, tmp_path: Path
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    raw = lifecycle.path("raw_flights").read_bytes()
+    secret = tmp_path / "export.csv"
+    secret.write_text("https://example.com/export?token=s3cr3t\n1\n")
+    drop = drops / "flights" / f"{GOOD_DAY}.csv"
+    drop.unlink()
+    drop.symlink_to(secret)
+
+    result = lifecycle.materialize()
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: rule readable_drop failed" in text, text
+    assert f"flights/{GOOD_DAY}.csv is a link" in text, text
+    records = lifecycle.instance.all_logs(result.run_id)
+    assert not [r for r in records if "s3cr3t" in str(r)]
+    assert lifecycle.path("raw_flights").read_bytes() == raw

@@ -1,5 +1,7 @@
 """One day through ingest → audit → publish, against a drop folder, in a temporary Dagster home."""
 
+import hashlib
+
 import dagster as dg
 import pytest
 
@@ -20,7 +22,7 @@ def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
     }
 
 
-def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle: Lifecycle):
+def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle: Lifecycle, drops):
     lifecycle.load_dimensions()
     result = lifecycle.materialize()
 
@@ -37,6 +39,12 @@ def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle
         dg.AssetKey("validated_flights")
     ).asset_materialization.tags["dagster/data_version"]
     assert version == stored_hash(lifecycle.path("validated_flights"))
+    # Lineage of the raw partition: the file read and the sha256 of its bytes.
+    drop = drops / "flights" / f"{GOOD_DAY}.csv"
+    raw = lifecycle.instance.get_latest_materialization_event(dg.AssetKey("raw_flights"))
+    metadata = raw.asset_materialization.metadata
+    assert metadata["source"].value == drop.resolve().as_uri()
+    assert metadata["source_sha256"].value == hashlib.sha256(drop.read_bytes()).hexdigest()
 
 
 def test_rematerializing_identical_data_keeps_the_same_file_content_and_version(

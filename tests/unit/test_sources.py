@@ -1,4 +1,5 @@
 import datetime as dt
+import hashlib
 from pathlib import Path
 
 import pandas as pd
@@ -44,6 +45,7 @@ def test_drop_folder_reads_csv_and_parquet_drops(tmp_path: Path):
 
     pd.testing.assert_frame_equal(flights.frame, frame)
     assert flights.uri.endswith(f"flights/{GOOD_DAY}.csv")
+    assert flights.sha256 == hashlib.sha256(Path(flights.uri[7:]).read_bytes()).hexdigest()
     assert str(weather.frame.time_hour.dtype).endswith(", UTC]")
     assert len(weather.frame) == 72
 
@@ -75,6 +77,60 @@ def test_a_missing_or_ambiguous_drop_is_refused(tmp_path: Path):
         (tmp_path / "flights" / f"{GOOD_DAY}{suffix}").write_text("a\n1\n")
     with pytest.raises(SourceError, match="ambiguous"):
         source.read_day("flights", DAY)
+
+
+SECRET = "https://example.com/export?token=s3cr3t\n1,2\n"
+
+
+@pytest.mark.parametrize("target", ["outside", "inside", "dangling"])
+def test_a_drop_that_is_a_link_is_refused_by_name_and_not_read(tmp_path: Path, target: str):
+    root = tmp_path / "drops"
+    (root / "flights").mkdir(parents=True)
+    outside = tmp_path / "secret.csv"
+    outside.write_text(SECRET)
+    inside = root / "notes.csv"
+    inside.write_text(SECRET)
+    link = root / "flights" / f"{GOOD_DAY}.csv"
+    link.symlink_to({"outside": outside, "inside": inside, "dangling": tmp_path / "gone"}[target])
+
+    with pytest.raises(SourceError, match=rf"flights/{GOOD_DAY}\.csv is a link") as caught:
+        DropFolderSource(root=str(root)).read_day("flights", DAY)
+    assert "s3cr3t" not in str(caught.value) and "secret" not in str(caught.value)
+
+
+def test_a_table_folder_or_dimension_table_that_is_a_link_is_refused(tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    write_csv_drop(elsewhere, "flights", GOOD_DAY, bundled_day("flights"))
+    (elsewhere / "airlines.csv").write_text("carrier,name\nAA,American\n")
+    root = tmp_path / "drops"
+    root.mkdir()
+    (root / "flights").symlink_to(elsewhere / "flights")
+    (root / "airlines.csv").symlink_to(elsewhere / "airlines.csv")
+    source = DropFolderSource(root=str(root))
+
+    with pytest.raises(SourceError, match=r"day 2013-01-02: flights is a link"):
+        source.read_day("flights", DAY)
+    with pytest.raises(SourceError, match=r"'airlines': airlines\.csv is a link"):
+        source.read_table("airlines")
+
+
+def test_a_drop_records_the_real_file_and_the_sha256_of_its_bytes(tmp_path: Path):
+    real = tmp_path / "real"
+    path = write_csv_drop(real, "flights", GOOD_DAY, bundled_day("flights"))
+    (tmp_path / "configured").symlink_to(real)  # the root itself may be reached through a link
+
+    table = DropFolderSource(root=str(tmp_path / "configured")).read_day("flights", DAY)
+
+    assert table.uri == path.resolve().as_uri()
+    assert table.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_bundled_tables_record_the_sha256_of_their_file():
+    source = BundledFlightsSource()
+    day = source.read_day("weather", DAY)
+    whole = source.read_table("weather")
+    expected = hashlib.sha256(Path(whole.uri[7:]).read_bytes()).hexdigest()
+    assert day.sha256 == whole.sha256 == expected
 
 
 @pytest.mark.parametrize("table", ["../flights", "/etc/passwd", "flights\\..", "%2e%2e", ""])
