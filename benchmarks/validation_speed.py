@@ -69,7 +69,7 @@ def pandas_rules(
                 known = values.isin(set(allowed)).to_numpy()
                 out[f"{rule.column}.{name}"] = np.flatnonzero(present & ~known)
         if rule.pattern:
-            matches = values.str.match(rule.pattern).fillna(True).to_numpy(dtype=bool)
+            matches = values.str.fullmatch(rule.pattern).fillna(True).to_numpy(dtype=bool)
             out[f"{rule.column}.matches_pattern"] = np.flatnonzero(present & ~matches)
     out["natural_key.unique"] = np.flatnonzero(
         frame.duplicated(list(contract.natural_key), keep=False).to_numpy()

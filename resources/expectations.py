@@ -59,7 +59,9 @@ SAMPLE_SIZE = 5
 @dataclass(frozen=True)
 class ColumnRule:
     """What one column must hold. Bounds are inclusive; `allowed_from` names a reference set
-    (`"<table>.<column>"`) handed to `validate_partition`, such as the carriers of `airlines`.
+    (`"<table>.<column>"`) handed to `validate_partition`, such as the carriers of `airlines`;
+    `pattern` (a Python regular expression) must match a value whole: `[A-Z]{3}` refuses
+    `"IAH\\n"` and `"xIAH"`.
 
     A number column gets a type rule (a dtype check, nearly free). A text column's values are
     held by its allowed set or pattern when it has one; only a text column with neither gets a
@@ -384,7 +386,7 @@ def _expectations(contract: TableContract) -> list[Any]:
         if rule.pattern:
             out.append(
                 tag(
-                    gxe.ExpectColumnValuesToMatchRegex(column=c, regex=rule.pattern),
+                    gxe.ExpectColumnValuesToMatchRegex(column=c, regex=_whole(rule.pattern)),
                     f"{c}.matches_pattern",
                     "row",
                 )
@@ -410,6 +412,12 @@ def _expectations(contract: TableContract) -> list[Any]:
         )
     )
     return out
+
+
+def _whole(pattern: str) -> str:
+    """`pattern` matched against the whole value. GX searches for a match anywhere, and `$` also
+    matches before a trailing newline; `\\A…\\Z` admit neither."""
+    return rf"\A(?:{pattern})\Z"
 
 
 def _parameter(reference: str) -> str:

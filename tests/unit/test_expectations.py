@@ -60,6 +60,24 @@ def test_a_row_broken_twice_is_quarantined_once_with_both_rules(gx_resource: Gre
     assert "2 of 943 rows quarantined" in report.summary()
 
 
+def test_a_pattern_must_match_the_whole_value_trailing_newline_included(
+    gx_resource: GreatExpectations,
+):
+    frame = bundled_day("flights")
+    frame.loc[3, "tailnum"] = "N123\n"
+    frame.loc[4, "dest"] = "IAH\n"
+    frame.loc[7, "dest"] = "xIAH"
+    report = validate_flights(gx_resource, frame)
+
+    assert report.rejection_reasons() == {
+        3: "tailnum.matches_pattern",
+        4: "dest.matches_pattern",
+        7: "dest.matches_pattern",
+    }
+    expected = "rule dest.matches_pattern (row): 2 of 943 rows; e.g. 'IAH\\n', 'xIAH'"
+    assert expected in report.summary()
+
+
 def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
     window = (pd.Timestamp("2013-02-12T05:00:00Z"), pd.Timestamp("2013-02-13T05:00:00Z"))
     weather = bundled_day("weather", "2013-02-12")
