@@ -23,7 +23,12 @@ def _ingest_day(
 ) -> "pd.DataFrame":
     day = partition_day(context.partition_key)
     try:
-        drop = source.read_day(contract.table, day, timestamp_columns=contract.timestamp_columns)
+        drop = source.read_day(
+            contract.table,
+            day,
+            timestamp_columns=contract.timestamp_columns,
+            missing_values=contract.missing_values_by_column,
+        )
     except SourceError as exc:
         # Nothing is written: the lake keeps the last drop that could be read.
         raise dg.Failure(

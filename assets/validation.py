@@ -109,8 +109,9 @@ def split(raw: "pd.DataFrame", report: ValidationReport) -> tuple["pd.DataFrame"
 
 
 def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
-    """Cancelled flights (no departure) and diverted ones (departed, no recorded arrival) are
-    real events, kept and flagged rather than treated as bad data."""
+    """Cancelled flights (no departure) and diverted ones (departed, no arrival delay; the
+    contract's presence rules ensure no air time either) are real events, kept and flagged
+    rather than treated as bad data."""
     cancelled = flights["dep_time"].isna()
     return flights.assign(cancelled=cancelled, diverted=~cancelled & flights["arr_delay"].isna())
 

@@ -58,6 +58,11 @@ def pandas_rules(
             out[f"{rule.column}.is_text"] = empty if ok else np.zeros(1)
         if rule.required:
             out[f"{rule.column}.not_null"] = np.flatnonzero(~present)
+        for other in rule.required_when_present:
+            with_other = frame[other].notna().to_numpy()
+            out[f"{rule.column}.required_when_{other}_present"] = np.flatnonzero(
+                with_other & ~present
+            )
         if rule.min_value is not None or rule.max_value is not None:
             inside = values.between(rule.min_value, rule.max_value).to_numpy()
             out[f"{rule.column}.in_range"] = np.flatnonzero(present & ~inside)

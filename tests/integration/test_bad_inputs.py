@@ -111,6 +111,16 @@ BAD_INPUTS = {
         "distance.in_range[1,6000]",
         f"{N_BAD} of 943",
     ),
+    "undeclared missing-value text": (
+        csv(rows("arr_delay", "NULL")),
+        "arr_delay.is_number",
+        f"{N_BAD} of 943 rows hold text that is not a number; e.g. 'NULL'",
+    ),
+    "landed flights without an arrival delay": (
+        csv(rows("arr_delay", None)),
+        "arr_delay.required_when_air_time_present",
+        f"{N_BAD} of 943",
+    ),
     "NaN in a required column": (
         csv(rows("distance", np.nan)),
         "distance.not_null",

@@ -78,6 +78,22 @@ def test_a_pattern_must_match_the_whole_value_trailing_newline_included(
     assert expected in report.summary()
 
 
+def test_a_landed_flight_without_an_arrival_delay_breaks_a_presence_rule_not_a_diversion(
+    gx_resource: GreatExpectations,
+):
+    frame = bundled_day("flights")
+    landed = frame.index[frame.air_time.notna()]
+    frame.loc[landed[0], "arr_delay"] = float("nan")
+    frame.loc[landed[1], "dep_delay"] = float("nan")
+    report = validate_flights(gx_resource, frame)
+
+    assert report.passed  # 2 of 943 rows is within the 1% budget
+    assert report.rejection_reasons() == {
+        landed[0]: "arr_delay.required_when_air_time_present",
+        landed[1]: "dep_delay.required_when_dep_time_present",
+    }
+
+
 def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
     window = (pd.Timestamp("2013-02-12T05:00:00Z"), pd.Timestamp("2013-02-13T05:00:00Z"))
     weather = bundled_day("weather", "2013-02-12")
@@ -108,6 +124,15 @@ def test_contracts_refuse_nonsense_by_field_name():
         TableContract("t", columns, ("id",), "ts", min_rows=0, max_rejected_share=0.1)
     with pytest.raises(ValueError, match="unknown columns"):
         TableContract("t", columns, ("nope",), "ts", min_rows=1, max_rejected_share=0.1)
+    with pytest.raises(ValueError, match="required_when_present names unknown columns"):
+        TableContract(
+            "t",
+            (ColumnRule("id", "number", required_when_present=("nope",)), columns[1]),
+            ("id",),
+            "ts",
+            min_rows=1,
+            max_rejected_share=0.1,
+        )
 
 
 def report(*rules: RuleResult, rows: int = 100, budget: float = 0.05) -> ValidationReport:

@@ -5,7 +5,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from resources.sources import BundledFlightsSource, DropFolderSource, SourceError, parse_timestamps
+from assets.contracts import FLIGHTS, WEATHER
+from resources.sources import (
+    BundledFlightsSource,
+    DropFolderSource,
+    SourceError,
+    _bundled_frame,
+    _bundled_path,
+    parse_timestamps,
+)
 from tests.conftest import GOOD_DAY, bundled_day, write_csv_drop
 
 pytestmark = pytest.mark.unit
@@ -77,6 +85,36 @@ def test_a_missing_or_ambiguous_drop_is_refused(tmp_path: Path):
         (tmp_path / "flights" / f"{GOOD_DAY}{suffix}").write_text("a\n1\n")
     with pytest.raises(SourceError, match="ambiguous"):
         source.read_day("flights", DAY)
+
+
+def test_a_csv_drop_reads_only_the_declared_text_as_missing(tmp_path: Path):
+    (tmp_path / "flights").mkdir()
+    drop = tmp_path / "flights" / f"{GOOD_DAY}.csv"
+    drop.write_text("delay,code\n1,a\nNA,NA\n,\nNULL,NULL\nnull,x\nN/A,y\n")
+    source = DropFolderSource(root=str(tmp_path))
+
+    declared = source.read_day(
+        "flights", DAY, missing_values={"delay": ("", "NA"), "code": ("",)}
+    ).frame
+    assert declared.delay.isna().tolist() == [False, True, True, False, False, False]
+    assert declared.delay.dropna().tolist() == ["1", "NULL", "null", "N/A"]
+    assert declared.code.isna().tolist() == [False, False, True, False, False, False]
+    # Undeclared, pandas' own list applies: every one of these is missing.
+    default = source.read_day("flights", DAY).frame
+    assert default.delay.dropna().tolist() == [1.0]
+
+
+@pytest.mark.parametrize("contract", [FLIGHTS, WEATHER], ids=lambda c: c.table)
+def test_the_bundled_files_read_with_the_declared_missing_values_are_the_bundled_tables(contract):
+    """The contracts' tokens are the data set's own spelling: reading the bundled files with
+    them changes no raw frame, and so no data version."""
+    declared = pd.read_csv(
+        _bundled_path(contract.table),
+        low_memory=False,
+        keep_default_na=False,
+        na_values=contract.missing_values_by_column,
+    )
+    pd.testing.assert_frame_equal(declared, _bundled_frame(contract.table))
 
 
 SECRET = "https://example.com/export?token=s3cr3t\n1,2\n"
