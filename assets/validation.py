@@ -52,6 +52,7 @@ def audit(
         raw,
         partition=partition_key,
         window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
+        timezone=daily_partitions.timezone,
         references=references,
         data_docs=data_docs,
     )

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from assets.contracts import FLIGHTS
+from pipelines.partitions import DATA_TIMEZONE
 from resources.expectations import GreatExpectations, TableContract
 from resources.sources import BundledFlightsSource
 
@@ -82,6 +83,12 @@ def pandas_rules(
     ts = frame[contract.event_time]
     inside = ((ts >= window[0]) & (ts < window[1])).to_numpy()
     out["event_time.within"] = np.flatnonzero(ts.notna().to_numpy() & ~inside)
+    local = ts.dt.tz_convert(DATA_TIMEZONE)
+    for rule in contract.columns:
+        if rule.event_time_part:
+            values = frame[rule.column]
+            differ = (values != getattr(local.dt, rule.event_time_part)).to_numpy()
+            out[f"{rule.column}.equals_local_part"] = np.flatnonzero(differ)
     return out
 
 
@@ -97,7 +104,12 @@ def main() -> None:
         if args.impl == "pandas":
             return sum(len(v) for v in pandas_rules(FLIGHTS, frame, window, references).values())
         report = gx.validate_partition(
-            FLIGHTS, frame, partition="bench", window=window, references=references
+            FLIGHTS,
+            frame,
+            partition="bench",
+            window=window,
+            timezone=DATA_TIMEZONE,
+            references=references,
         )
         return sum(r.unexpected_count for r in report.rules)
 

@@ -7,7 +7,8 @@ turns it into an ExpectationSuite, validates one partition's frame with GX, and 
 - table rules (the column set, the row count, a column's type): if one fails, the whole partition
   is refused;
 - row rules (non-null, ranges, allowed values, patterns, values required where another column
-  has one, natural-key uniqueness, the event time inside the partition's day): failing rows are
+  has one, natural-key uniqueness, the event time inside the partition's day, columns that
+  restate a part of the event time agreeing with it): failing rows are
   quarantined with the rule that rejected them, as long as their share stays at or below the
   contract's `max_rejected_share`; above it the whole partition is refused.
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 
 ColumnKind = Literal["number", "text", "timestamp"]
+TimePart = Literal["year", "month", "day", "hour"]
 
 # Pandas reads integer columns with a missing value as float, so "number" admits both.
 _TYPE_LISTS: dict[str, list[str]] = {
@@ -62,7 +64,10 @@ class ColumnRule:
     (`"<table>.<column>"`) handed to `validate_partition`, such as the carriers of `airlines`;
     `pattern` (a Python regular expression) must match a value whole: `[A-Z]{3}` refuses
     `"IAH\\n"` and `"xIAH"`; `required_when_present` names columns on whose rows with a value
-    this column must have one too (an arrival delay wherever an air time was recorded).
+    this column must have one too (an arrival delay wherever an air time was recorded);
+    `event_time_part` says the column restates that part of the contract's event time, read in
+    the partition's time zone (a day's `year`/`month`/`day`): with the event time inside the
+    partition's window, such columns also name the partition's day.
 
     A number column gets a type rule (a dtype check, nearly free). A text column's values are
     held by its allowed set or pattern when it has one; only a text column with neither gets a
@@ -79,6 +84,7 @@ class ColumnRule:
     allowed_from: str | None = None
     pattern: str | None = None
     required_when_present: tuple[str, ...] = ()
+    event_time_part: TimePart | None = None
     missing_values: tuple[str, ...] | None = None
     """The text that means "missing" in this column of a CSV drop; None: the contract's."""
 
@@ -243,12 +249,14 @@ class GreatExpectations(dg.ConfigurableResource):
         *,
         partition: str,
         window: tuple[dt.datetime, dt.datetime],
+        timezone: str,
         references: Mapping[str, Sequence[Any]] | None = None,
         data_docs: bool = True,
     ) -> ValidationReport:
         """Validate one partition's frame against `contract`.
 
-        `window` is the partition's [start, end) as UTC-aware datetimes; `references` holds the
+        `window` is the partition's [start, end) as UTC-aware datetimes and `timezone` the one
+        its days are cut in (an IANA name, for `event_time_part` rules); `references` holds the
         sets named by `allowed_from`; `data_docs=False` skips rendering the Data Docs page
         (publishing re-validates what the check already rendered).
 
@@ -306,7 +314,11 @@ class GreatExpectations(dg.ConfigurableResource):
             partition=partition,
             row_count=len(frame),
             max_rejected_share=contract.max_rejected_share,
-            rules=_explained(tuple(_rule_result(o) for o in outcomes.values()), frame),
+            rules=_explained(
+                tuple(_rule_result(o) for o in outcomes.values())
+                + _event_time_parts(contract, frame, timezone),
+                frame,
+            ),
             data_docs_url=url,
         )
 
@@ -488,6 +500,41 @@ def _rule_result(outcome: Any) -> RuleResult:
     return RuleResult(
         rule, level, bool(outcome.success), int(unexpected), sample, rows, column=column
     )
+
+
+def _event_time_parts(
+    contract: TableContract, frame: "pd.DataFrame", timezone: str
+) -> tuple[RuleResult, ...]:
+    """Row rules, computed with pandas: each column declared to restate a part of the event time
+    equals that part of the event time in `timezone`. Rows missing either value are left to the
+    not-null rules."""
+    import numpy as np
+    import pandas as pd
+
+    times = frame.get(contract.event_time, pd.Series(dtype=object))
+    local = None
+    if isinstance(times.dtype, pd.DatetimeTZDtype):
+        local = times.dt.tz_convert(timezone)
+    out = []
+    for rule in contract.columns:
+        part, column = rule.event_time_part, rule.column
+        if part is None:
+            continue
+        name = f"{column}.equals_{contract.event_time}_local_{part}"
+        values = frame.get(column)
+        if local is None or values is None or not pd.api.types.is_numeric_dtype(values):
+            error = f"not evaluated: needs a number {column} and a UTC-aware {contract.event_time}"
+            out.append(RuleResult(name, "table", False, 0, error=error, column=column))
+            continue
+        expected = getattr(local.dt, part)
+        bad = (values.notna() & local.notna() & (values != expected)).to_numpy()
+        sample = tuple(
+            f"{value!r} ({contract.event_time} {time.isoformat()})"
+            for value, time in zip(values[bad][:SAMPLE_SIZE], times[bad][:SAMPLE_SIZE], strict=True)
+        )
+        rows = tuple(int(i) for i in np.flatnonzero(bad))
+        out.append(RuleResult(name, "row", not rows, len(rows), sample, rows, column=column))
+    return tuple(out)
 
 
 def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[RuleResult, ...]:

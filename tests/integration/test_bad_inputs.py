@@ -67,6 +67,13 @@ def shifted_two_days(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def the_day_before_shifted_a_day(frame: pd.DataFrame) -> pd.DataFrame:
+    """2013-01-01's flights with `time_hour` moved into this day: inside the day's window, but
+    its year/month/day (and so its natural keys) are another day's, already published there."""
+    previous = bundled_day("flights", "2013-01-01")
+    return previous.assign(time_hour=previous.time_hour + pd.Timedelta(days=1))
+
+
 def naive_timestamps(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(time_hour=frame.time_hour.dt.tz_localize(None))
 
@@ -130,6 +137,11 @@ BAD_INPUTS = {
         csv(shifted_two_days),
         "time_hour.utc_aware_within_partition_day",
         f"{N_BAD} of 943",
+    ),
+    "a day's file with time_hour shifted into another day": (
+        csv(the_day_before_shifted_a_day),
+        "day.equals_time_hour_local_day",
+        "842 of 842 rows",  # every flight of 2013-01-01
     ),
     "timezone-naive timestamps": (
         csv(naive_timestamps),

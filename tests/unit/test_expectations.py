@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from assets.contracts import FLIGHTS, WEATHER
+from pipelines.partitions import DATA_TIMEZONE
 from resources.expectations import (
     ColumnRule,
     GreatExpectations,
@@ -29,7 +30,12 @@ def gx_resource(tmp_path_factory: pytest.TempPathFactory) -> GreatExpectations:
 
 def validate_flights(gx_resource: GreatExpectations, frame: pd.DataFrame) -> ValidationReport:
     return gx_resource.validate_partition(
-        FLIGHTS, frame, partition=GOOD_DAY, window=DAY_WINDOW, references=CARRIERS
+        FLIGHTS,
+        frame,
+        partition=GOOD_DAY,
+        window=DAY_WINDOW,
+        timezone=DATA_TIMEZONE,
+        references=CARRIERS,
     )
 
 
@@ -94,10 +100,31 @@ def test_a_landed_flight_without_an_arrival_delay_breaks_a_presence_rule_not_a_d
     }
 
 
+def test_date_columns_that_disagree_with_the_local_event_time_are_row_failures(
+    gx_resource: GreatExpectations,
+):
+    frame = bundled_day("flights")
+    frame.loc[[2, 6], "day"] = 3
+    frame.loc[8, "hour"] = (frame.loc[8, "hour"] + 1) % 24
+    report = validate_flights(gx_resource, frame)
+
+    assert report.passed  # 3 of 943 rows is within the 1% budget
+    assert report.rejection_reasons() == {
+        2: "day.equals_time_hour_local_day",
+        6: "day.equals_time_hour_local_day",
+        8: "hour.equals_time_hour_local_hour",
+    }
+    [day] = [r for r in report.failed_rules if r.rule == "day.equals_time_hour_local_day"]
+    time = frame.time_hour[2].isoformat()
+    assert day.unexpected_count == 2 and day.sample[0] == f"3 (time_hour {time})"
+
+
 def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
     window = (pd.Timestamp("2013-02-12T05:00:00Z"), pd.Timestamp("2013-02-13T05:00:00Z"))
     weather = bundled_day("weather", "2013-02-12")
-    report = gx_resource.validate_partition(WEATHER, weather, partition="2013-02-12", window=window)
+    report = gx_resource.validate_partition(
+        WEATHER, weather, partition="2013-02-12", window=window, timezone=DATA_TIMEZONE
+    )
 
     assert report.passed
     [rule] = report.failed_rules
@@ -112,7 +139,11 @@ def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpecta
 def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
     with pytest.raises(ValueError, match=r"airlines\.carrier"):
         gx_resource.validate_partition(
-            FLIGHTS, bundled_day("flights"), partition=GOOD_DAY, window=DAY_WINDOW
+            FLIGHTS,
+            bundled_day("flights"),
+            partition=GOOD_DAY,
+            window=DAY_WINDOW,
+            timezone=DATA_TIMEZONE,
         )
 
 
@@ -163,6 +194,7 @@ def test_validations_leave_nothing_behind_in_gx_memory(gx_resource: GreatExpecta
             bundled_day("flights"),
             partition=GOOD_DAY,
             window=DAY_WINDOW,
+            timezone=DATA_TIMEZONE,
             references=CARRIERS,
             data_docs=data_docs,
         )
