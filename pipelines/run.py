@@ -311,16 +311,26 @@ def _percent(rate: object) -> str:
     return f"{rate:.1%}" if isinstance(rate, float) else "n/a"
 
 
+def _day(text: str) -> dt.date:
+    """A `--start`/`--end` value: a YYYY-MM-DD day, or a clean usage error naming it."""
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a YYYY-MM-DD day") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the lifecycle on the bundled data.")
     parser.add_argument(
         "--start",
+        type=_day,
         default=DEFAULT_START,
         help=f"first day of the training set (YYYY-MM-DD); days from {HISTORY_DAYS} days earlier"
         " are processed too, for the trailing-delay history",
     )
-    parser.add_argument("--end", default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)")
-
+    parser.add_argument(
+        "--end", type=_day, default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)"
+    )
     parser.add_argument(
         "--processes",
         type=int,
@@ -343,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
 
     home = local_home()
     ensure_dagster_home(home, instance_file(environment()))
-    start, end = dt.date.fromisoformat(args.start), dt.date.fromisoformat(args.end)
+    start, end = args.start, args.end
     if (end - start).days < 2:
         parser.error(f"the training window {start}..{end} needs at least 3 days (train/val/test)")
     first = start - dt.timedelta(days=HISTORY_DAYS)

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field
 
+from resources.sources import UTC_OFFSET
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -318,6 +320,7 @@ class GreatExpectations(dg.ConfigurableResource):
                 tuple(_rule_result(o) for o in outcomes.values())
                 + _event_time_parts(contract, frame, timezone),
                 frame,
+                set(contract.timestamp_columns),
             ),
             data_docs_url=url,
         )
@@ -537,22 +540,40 @@ def _event_time_parts(
     return tuple(out)
 
 
-def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[RuleResult, ...]:
+def _explained(
+    rules: tuple[RuleResult, ...], frame: "pd.DataFrame", timestamps: set[str]
+) -> tuple[RuleResult, ...]:
     """Failures restated in terms a person can act on, with counts of the offending rows.
 
     A CSV column with a single non-number in it arrives as text, and GX then counts every value
-    as the wrong type; the rows to fix are those whose text is not a number. Rules on a column
-    whose type is wrong are not evaluated on it, and a rule GX failed without a count (e.g. naive
-    timestamps compared with aware bounds) gets the column's type and the row count.
+    as the wrong type; the rows to fix are those whose text is not a number. A timestamp column
+    (one of `timestamps`) with values that are not UTC-aware timestamps fails without a count;
+    the rows to fix are those values. Rules on a column whose type is wrong are not evaluated on
+    it, and any other rule GX failed without a count gets the column's type and the row count.
+    An empty frame is reported by its row count alone: a column of no values has no type.
     """
     import pandas as pd
 
+    if frame.empty:
+        return tuple(rule for rule in rules if rule.column is None)
     mistyped = {r.column for r in rules if not r.passed and r.rule.endswith(".is_number")}
     out = []
     for rule in rules:
         column = rule.column
         if rule.passed or column is None or column not in frame.columns:
             out.append(rule)
+        elif column in timestamps and not isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+            bad, what = _not_utc_timestamps(frame[column])
+            out.append(
+                replace(
+                    rule,
+                    level="table",
+                    error=None,
+                    unexpected_count=int(bad.sum()),
+                    sample=tuple(repr(v) for v in frame[column][bad].head(SAMPLE_SIZE)),
+                    observed=f"{bad.sum()} of {len(frame)} rows hold {what}",
+                )
+            )
         elif column in mistyped and rule.rule.endswith(".is_number"):
             values = frame[column]
             bad = values.notna() & pd.Series(pd.to_numeric(values, errors="coerce")).isna()
@@ -569,12 +590,22 @@ def _explained(rules: tuple[RuleResult, ...], frame: "pd.DataFrame") -> tuple[Ru
             out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
         elif rule.level == "table" and rule.error is None and rule.observed is None:
             observed = f"column of type {frame[column].dtype} on {len(frame)} rows"
-            if rule.rule.endswith("utc_aware_within_partition_day"):
-                observed += " (timestamps must be UTC-aware)"
             out.append(replace(rule, observed=observed))
         else:
             out.append(rule)
     return tuple(out)
+
+
+def _not_utc_timestamps(values: "pd.Series") -> tuple["pd.Series", str]:
+    """Which values of a timestamp column are not UTC-aware timestamps, and what they hold."""
+    import pandas as pd
+
+    present = values.notna()
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return present, "timezone-naive timestamps (they must be UTC-aware)"
+    with_offset = values.astype(str).str.contains(UTC_OFFSET, regex=True)
+    parsed = pd.to_datetime(values.where(with_offset), format="ISO8601", utc=True, errors="coerce")
+    return present & parsed.isna(), "text that is not a UTC-aware ISO-8601 timestamp"
 
 
 @functools.cache

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 _TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 DROP_SUFFIXES = (".csv", ".parquet")
-_UTC_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
+UTC_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
+"""How an ISO-8601 timestamp that names its offset ends."""
 
 
 class SourceError(Exception):
@@ -152,7 +153,7 @@ def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataF
         if not pd.api.types.is_object_dtype(values) and not pd.api.types.is_string_dtype(values):
             continue
         text = values.dropna().astype(str)
-        with_offset = text.str.contains(_UTC_OFFSET, regex=True)
+        with_offset = text.str.contains(UTC_OFFSET, regex=True)
         if not text.empty and with_offset.any() and not with_offset.all():
             continue  # some values aware, some naive: leave it to validation to refuse
         try:

@@ -1,5 +1,6 @@
 """The GX suites as plain functions: contracts validated directly, without Dagster."""
 
+import io
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +15,7 @@ from resources.expectations import (
     TableContract,
     ValidationReport,
 )
-from resources.sources import BundledFlightsSource
+from resources.sources import BundledFlightsSource, parse_timestamps
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
 
 pytestmark = pytest.mark.unit
@@ -117,6 +118,36 @@ def test_date_columns_that_disagree_with_the_local_event_time_are_row_failures(
     [day] = [r for r in report.failed_rules if r.rule == "day.equals_time_hour_local_day"]
     time = frame.time_hour[2].isoformat()
     assert day.unexpected_count == 2 and day.sample[0] == f"3 (time_hour {time})"
+
+
+def test_malformed_timestamps_are_counted_and_shown_as_received(gx_resource: GreatExpectations):
+    frame = bundled_day("flights")
+    text = frame.time_hour.dt.strftime("%Y-%m-%dT%H:%M:%SZ").astype(object)
+    text[[10, 20, 30]] = ["2013-01-02T25:00:00Z", "soon", "2013-01-02T10:00:00"]
+    report = validate_flights(
+        gx_resource, parse_timestamps(frame.assign(time_hour=text), ["time_hour"])
+    )
+
+    assert not report.passed
+    [rule] = [r for r in report.failed_rules if r.column == "time_hour"]
+    assert rule.level == "table" and rule.unexpected_count == 3
+    assert rule.sample == ("'2013-01-02T25:00:00Z'", "'soon'", "'2013-01-02T10:00:00'")
+    assert (
+        "3 of 943 rows hold text that is not a UTC-aware ISO-8601 timestamp;"
+        " e.g. '2013-01-02T25:00:00Z', 'soon'"
+    ) in report.summary()
+
+
+def test_a_header_only_drop_is_refused_by_its_row_count_alone(gx_resource: GreatExpectations):
+    header = ",".join(bundled_day("flights").columns) + "\n"
+    report = validate_flights(gx_resource, pd.read_csv(io.StringIO(header)))
+
+    [rule] = report.failed_rules
+    assert rule.rule == "rows.at_least_min_rows"
+    assert report.summary() == (
+        f"flights partition {GOOD_DAY}: REFUSED, 1 table rule(s) failed\n"
+        "  - rule rows.at_least_min_rows (table): observed 0"
+    )
 
 
 def test_the_real_1048_mph_wind_reading_is_quarantined(gx_resource: GreatExpectations):
