@@ -32,8 +32,8 @@ def _ingest_day(
     except SourceError as exc:
         # Nothing is written: the lake keeps the last drop that could be read.
         raise dg.Failure(
-            description=f"partition {context.partition_key}: rule readable_drop failed: {exc}",
-            metadata={"partition": context.partition_key, "rule": "readable_drop"},
+            description=f"partition {context.partition_key}: rule {exc.rule} failed: {exc}",
+            metadata={"partition": context.partition_key, "rule": exc.rule},
             allow_retries=False,
         ) from exc
     context.add_output_metadata(_lineage(drop))
@@ -85,7 +85,7 @@ def _dimension(name: str, description: str) -> dg.AssetsDefinition:
         try:
             table = source.read_table(name)
         except SourceError as exc:
-            raise dg.Failure(description=f"rule readable_drop failed: {exc}") from exc
+            raise dg.Failure(description=f"rule {exc.rule} failed: {exc}") from exc
         if table.frame.empty:
             raise dg.Failure(
                 description=f"table {name!r}: rule min_rows failed: 0 rows in {table.uri}"

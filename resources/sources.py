@@ -39,7 +39,18 @@ UTC_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
 
 
 class SourceError(Exception):
-    """A drop that cannot be read as a table; the message names the table, the day and the file."""
+    """A drop that cannot be read as a table; the message names the table, the day and the file,
+    and `rule` the refusal's rule."""
+
+    def __init__(self, message: str, rule: str = "readable_drop") -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+DEFAULT_MAX_DROP_MIB = 256
+"""A day's drop of flights at its largest in 2013 is about 0.1 MiB of CSV; parsing and validating
+one takes about 13 times its size in memory (docs/benchmarks.md), so 256 MiB keeps a run under
+about 4 GiB."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,13 @@ class DropFolderSource(RawSource):
     `<root>/<table>.csv|.parquet` for dimension tables. This is how a real user's data arrives."""
 
     root: str = Field(description="Folder that holds the drops.")
+    max_drop_mib: float = Field(
+        default=DEFAULT_MAX_DROP_MIB,
+        gt=0,
+        description="Largest drop file read, in MiB: a larger one is refused before it is"
+        " parsed, naming its size and this limit (parsing takes a multiple of the file's size"
+        " in memory).",
+    )
 
     def read_day(
         self,
@@ -126,15 +144,18 @@ class DropFolderSource(RawSource):
         root = Path(self.root).resolve()
         folder = _not_a_link(root, root / _checked_table_name(table), what=what)
         path = _single_drop(root, folder, day.isoformat(), what=what)
-        drop = _read_file(path, what=what, missing_values=missing_values)
+        drop = _read_file(path, what=what, limit=self._limit, missing_values=missing_values)
         return replace(drop, frame=parse_timestamps(drop.frame, timestamp_columns))
 
     def read_table(self, table: str) -> RawTable:
         what = f"table {table!r}"
         root = Path(self.root).resolve()
-        return _read_file(
-            _single_drop(root, root, _checked_table_name(table), what=what), what=what
-        )
+        path = _single_drop(root, root, _checked_table_name(table), what=what)
+        return _read_file(path, what=what, limit=self._limit)
+
+    @property
+    def _limit(self) -> int:
+        return int(self.max_drop_mib * 2**20)
 
 
 def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataFrame":
@@ -191,15 +212,29 @@ def _single_drop(root: Path, folder: Path, stem: str, *, what: str) -> Path:
 
 
 def _read_file(
-    path: Path, *, what: str, missing_values: Mapping[str, Sequence[str]] | None = None
+    path: Path,
+    *,
+    what: str,
+    limit: int,
+    missing_values: Mapping[str, Sequence[str]] | None = None,
 ) -> RawTable:
-    """The table in `path`, parsed from the same bytes its sha256 is taken of."""
+    """The table in `path`, parsed from the same bytes its sha256 is taken of; a file over
+    `limit` bytes is refused before it is read."""
     import pandas as pd
     import pyarrow as pa
 
     try:
         # O_NOFOLLOW: a link swapped in after the checks above is still not followed.
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > limit:
+                raise SourceError(
+                    f"{what}: {path} is {size / 2**20:.3g} MiB ({size} bytes), over the limit"
+                    f" of {limit / 2**20:.3g} MiB ({limit} bytes, max_drop_mib); refused before"
+                    " parsing."
+                    " Split the drop or raise the limit where the run has the memory for it",
+                    rule="drop_within_size_limit",
+                )
             data = file.read()
     except OSError as exc:
         raise SourceError(f"{what}: {path} cannot be read: {exc}") from exc

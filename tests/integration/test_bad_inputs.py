@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from resources.sources import DropFolderSource
 from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
 
 pytestmark = pytest.mark.integration
@@ -212,3 +213,28 @@ def test_a_drop_linked_to_a_file_elsewhere_is_refused_and_its_content_is_seen_no
     records = lifecycle.instance.all_logs(result.run_id)
     assert not [r for r in records if "s3cr3t" in str(r)]
     assert lifecycle.path("raw_flights").read_bytes() == raw
+
+
+def test_a_drop_over_the_size_limit_is_refused_before_it_is_parsed(
+    lifecycle: Lifecycle, drops: Path, monkeypatch: pytest.MonkeyPatch
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    drop = drops / "flights" / f"{GOOD_DAY}.csv"
+    limit_mib = drop.stat().st_size / 2**20 / 2  # the day's real drop is twice the limit
+    lifecycle.resources["source"] = DropFolderSource(root=str(drops), max_drop_mib=limit_mib)
+
+    def never(*args, **kwargs):
+        raise AssertionError("a drop over the limit was parsed")
+
+    monkeypatch.setattr(pd, "read_csv", never)
+    result = lifecycle.materialize(selection=dg.AssetSelection.assets("raw_flights"))
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: rule drop_within_size_limit failed" in text, text
+    limit = int(limit_mib * 2**20)
+    assert f"({drop.stat().st_size} bytes), over the limit of" in text, text
+    assert f"({limit} bytes, max_drop_mib)" in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
