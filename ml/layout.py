@@ -36,6 +36,7 @@ import torch
 
 from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
+from ml.node import local_command
 
 log = logging.getLogger("ml.layout")
 
@@ -158,14 +159,11 @@ def run_probe(processes: int, threads: int, probe: Probe) -> Measured:
     with tempfile.TemporaryDirectory(prefix="layout-probe-") as folder:
         spec, out = Path(folder) / "spec.json", Path(folder) / "measured.json"
         spec.write_text(json.dumps(asdict(probe) | {"threads": threads}))
-        launcher = (
-            ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-            if processes > 1
-            else []
-        )
+        # Several processes run as training does, under `ml.node` (on the loopback only).
+        launcher = local_command(processes) if processes > 1 else [sys.executable]
         before = _cpu_seconds()
         done = subprocess.run(
-            [sys.executable, *launcher, "-m", "ml.layout", str(spec), str(out)],
+            [*launcher, "-m", "ml.layout", str(spec), str(out)],
             env={**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
             capture_output=True,
             text=True,

@@ -8,16 +8,33 @@ and training set): a bad one exits at once with `EXIT_NOT_RETRYABLE`, as does a 
 workers failed with that code. Kubernetes' podFailurePolicy turns that code into "fail the Job
 now" instead of retrying a run that cannot succeed; any other failure exits 1 (retryable:
 a lost node, an eviction, a hung rank).
+
+With `--standalone` (one machine) nothing listens beyond the loopback: the rendezvous is a file
+and the workers' store and gloo bind 127.0.0.1 (`ml.loopback`).
 """
 
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 log = logging.getLogger("ml.node")
 
 EXIT_NOT_RETRYABLE = 78
 """A bad configuration or input (sysexits' EX_CONFIG): retrying cannot help."""
+
+
+def local_command(processes: int, max_restarts: int = 0) -> list[str]:
+    """The node of a job on this machine alone, up to the worker's `-m module ...`."""
+    return [
+        sys.executable,
+        "-m",
+        "ml.node",
+        "--standalone",
+        f"--nproc-per-node={processes}",
+        f"--max-restarts={max_restarts}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +55,14 @@ def main(argv: list[str] | None = None) -> int:
             log.error("not starting: %s", error)
             return EXIT_NOT_RETRYABLE
     try:
-        run(args)
+        if args.standalone:
+            from ml.loopback import standalone
+
+            with tempfile.TemporaryDirectory(prefix="ml-node-") as folder:
+                standalone(args, Path(folder))
+                run(args)
+        else:
+            run(args)
     except ChildFailedError as failed:
         codes = sorted({failure.exitcode for failure in failed.failures.values()})
         rank, first = min(failed.failures.items(), key=lambda item: item[1].timestamp)

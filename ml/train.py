@@ -40,6 +40,7 @@ from ml import checkpoint
 from ml.config import TrainConfig, from_args, parser
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
+from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import binary_metrics
 from ml.model import DelayClassifier
@@ -98,7 +99,14 @@ def process_group(timeout_s: int) -> Iterator[Ranks]:
         torch.cuda.set_device(device)
     if world_size > 1:
         # An explicit timeout: a hung rank fails the collective in seconds, not torch's 30 min.
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=dt.timedelta(seconds=timeout_s))
+        timeout = dt.timedelta(seconds=timeout_s)
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            timeout=timeout,
+            store=worker_store(rank, world_size, timeout),  # on the loopback in a local job
+            rank=rank,
+            world_size=world_size,
+        )
     try:
         yield Ranks(rank, world_size, device)
     finally:

@@ -17,7 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from ml.config import TrainConfig, to_args
-from ml.node import EXIT_NOT_RETRYABLE
+from ml.node import EXIT_NOT_RETRYABLE, local_command
 
 NODE_LOGGER = " ml.node "
 """How ml.node's log lines are told apart in the node's stderr."""
@@ -43,7 +43,10 @@ class LocalTorchrun(TrainingLauncher):
 
     Left unset, processes x threads is chosen by measurement (`ml.layout`): every layout of the
     machine's cores is probed for a few seconds with the same global batch, the fastest wins,
-    and the choice is cached in `<output_root>/layouts.json` for later launches."""
+    and the choice is cached in `<output_root>/layouts.json` for later launches.
+
+    Nothing listens beyond this machine: the node's rendezvous is a file, and the workers' store
+    and gloo bind 127.0.0.1 (`ml.loopback`)."""
 
     processes: int | None = Field(
         default=None,
@@ -102,17 +105,7 @@ class LocalTorchrun(TrainingLauncher):
         if resumed is not None:
             context.log.info(f"resuming from {resumed}, left by an earlier run that did not end")
         processes, threads, config, why = self.layout(context, config)
-        command = [
-            sys.executable,
-            "-m",
-            "ml.node",
-            "--standalone",
-            f"--nproc-per-node={processes}",
-            f"--max-restarts={self.max_restarts}",
-            "-m",
-            "ml.train",
-            *to_args(config),
-        ]
+        command = [*local_command(processes, self.max_restarts), "-m", "ml.train", *to_args(config)]
         env = {
             **os.environ,
             "OMP_NUM_THREADS": str(threads),
