@@ -21,6 +21,7 @@ from assets.pods import EVALUATION as EVALUATION_POD
 from assets.pods import SMALL
 from assets.training import TrainedRun
 from resources.lake import from_document
+from resources.launchers import TrainingLauncher
 from resources.registry import MlflowRegistry, RegistryError
 from resources.serving import DATA_THROUGH_TAG, MODEL_FILE, REFERENCE_FILE
 
@@ -85,6 +86,7 @@ def onnx_model(
     config: OnnxModelConfig,
     model_evaluation: dict,
     training_set,
+    launcher: TrainingLauncher,
 ):
     """The gated model as one ONNX graph: raw features in (preprocessing inside), P(delay) out."""
     from ml.export import export, parity
@@ -115,6 +117,7 @@ def onnx_model(
             "data_fingerprint": run.data_fingerprint,
             "dagster_run_id": context.run.run_id,
         },
+        launcher.file_mode,
     )
     split = trained.config.data.split_column
     test = training_set[training_set[split] == "test"].reset_index(drop=True)
@@ -139,8 +142,11 @@ def onnx_model(
     )
     served, int8 = exported, {}
     if config.quantize and report.passed:
-        served, int8 = _quantized(exported, test, trained.config.data.label, config)
-    reference = _drift_reference(Path(served.path), training_set[training_set[split] == "train"])
+        served, int8 = _quantized(
+            exported, test, trained.config.data.label, config, launcher.file_mode
+        )
+    train = training_set[training_set[split] == "train"]
+    reference = _drift_reference(Path(served.path), train, launcher.file_mode)
     yield dg.Output(
         OnnxModel(
             path=str(served.path),
@@ -174,7 +180,7 @@ def _last_day(frame: "pd.DataFrame") -> str:
     return timestamps.dt.tz_convert(DATA_TIMEZONE).dt.date.max().isoformat()
 
 
-def _drift_reference(served: Path, train: "pd.DataFrame") -> Path:
+def _drift_reference(served: Path, train: "pd.DataFrame", permissions: int) -> Path:
     """What `feature_drift` compares days with: a seeded sample of the training split's raw
     features, each row scored by the very file that will be served."""
     import pyarrow as pa
@@ -188,12 +194,14 @@ def _drift_reference(served: Path, train: "pd.DataFrame") -> Path:
     sample = reference_sample(train[scorer.features])
     frame = sample.assign(**{SCORE: scorer.predict(sample)})
     path = served.with_name(REFERENCE_FILE)
-    with atomic_write(path) as tmp:
+    with atomic_write(path, permissions=permissions) as tmp:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
     return path
 
 
-def _quantized(exported, test: "pd.DataFrame", label: str, config: OnnxModelConfig):
+def _quantized(
+    exported, test: "pd.DataFrame", label: str, config: OnnxModelConfig, permissions: int
+):
     """The int8 variant and its figures; kept only if faster and within the AUC bound."""
     import time
 
@@ -201,7 +209,8 @@ def _quantized(exported, test: "pd.DataFrame", label: str, config: OnnxModelConf
     from ml.metrics import binary_metrics
     from ml.predict import Scorer
 
-    candidate = quantize(exported.path, Path(exported.path).with_name("model.int8.onnx"))
+    int8 = Path(exported.path).with_name("model.int8.onnx")
+    candidate = quantize(exported.path, int8, permissions)
     figures: dict[str, float] = {}
     for name, model in (("fp32", exported), ("int8", candidate)):
         scorer = Scorer.load(model.path, expected_sha256=model.sha256)
@@ -249,6 +258,7 @@ def registered_model(
     model_evaluation: dict,
     onnx_model: dict,
     mlflow: MlflowRegistry,
+    launcher: TrainingLauncher,
 ) -> dg.Output[RegisteredModel]:
     """The model as a new MLflow model version, and the champion alias moved to it."""
     from ml.export import stamp
@@ -283,6 +293,7 @@ def registered_model(
         Path(exported.path),
         Path(run.folder) / f"model.v{version}.onnx",
         {"model_version": version},
+        launcher.file_mode,
     )
     registered = mlflow.register(
         REGISTERED_MODEL,

@@ -19,7 +19,9 @@ from pydantic import Field
 from assets import EXTERNAL_RETRY
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun, trained_model
+from ml.files import atomic_write
 from resources.lake import from_document
+from resources.launchers import TrainingLauncher
 from resources.serving import ModelServing
 
 if TYPE_CHECKING:
@@ -141,6 +143,7 @@ def model_evaluation(
     trained_model: dict,
     training_set,
     serving: ModelServing,
+    launcher: TrainingLauncher,
 ):
     """Test-split metrics, slices and plots of the new model and the champion; the gate."""
     from ml.dataset import fingerprint
@@ -205,7 +208,8 @@ def model_evaluation(
         champion_version=champion_version,
         subject=trained.weights_sha256,
     )
-    (Path(run.folder) / GATE_REPORT).write_text(report.to_json())
+    with atomic_write(Path(run.folder) / GATE_REPORT, "w", launcher.file_mode) as sink:
+        sink.write(report.to_json())
     for result in report.rules:
         yield dg.AssetCheckResult(
             check_name=result.rule,

@@ -135,7 +135,7 @@ def feature_drift(
         **report.to_dict(),
     }
     path = lake_files.path_for(context.asset_key, day).with_suffix(".json")
-    write_text_atomically(json.dumps(document, indent=2), path)
+    write_text_atomically(json.dumps(document, indent=2), path, lake_files.file_mode)
 
     level = report.level
     yield dg.AssetCheckResult(

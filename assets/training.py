@@ -14,6 +14,7 @@ from pydantic import Field, create_model
 from assets.features import training_set
 from assets.pods import TRAINING as TRAINING_POD
 from ml.config import TrainConfig, fields_of
+from ml.files import atomic_write
 from resources.launchers import TrainingLauncher
 from resources.registry import EpochMetrics, MlflowRegistry
 
@@ -99,7 +100,8 @@ def trained_model(
     plot_file = output / "loss_curve.png"
     local = output.is_dir()  # False when the run's folder is on a cluster volume
     if local:
-        plot_file.write_bytes(plot)
+        with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
+            sink.write(plot)
     tracked = mlflow.log_training(
         run_name=f"trained_model-{context.run.run_id[:8]}",
         params=_flat(settings.to_dict()),

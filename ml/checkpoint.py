@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from ml.files import sha256_file
 
@@ -74,7 +75,9 @@ def save(
     final = root / f"{PREFIX}{position.step:09d}"
     temp = root / f".{final.name}-{uuid.uuid4().hex[:8]}.tmp"
     temp.mkdir()
-    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, temp / WEIGHTS)
+    # Bytes written with open(), so the umask decides the mode (save_file's file is always 0600).
+    tensors = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
+    (temp / WEIGHTS).write_bytes(safetensors_bytes(tensors))
     torch.save(state, temp / STATE)
     (temp / POSITION).write_text(json.dumps(asdict(position), sort_keys=True))
     manifest = {name: sha256_file(temp / name) for name in (WEIGHTS, STATE, POSITION)}

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ml.data import UNKNOWN, Preprocessor
-from ml.files import atomic_write
+from ml.files import FILE_MODE, atomic_write
 from ml.predict import (
     CATEGORICAL_FEATURES,
     INPUT_CATEGORICAL,
@@ -211,10 +211,15 @@ def served_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
 
 
 def export(
-    model: nn.Module, preprocessor: Preprocessor, path: Path, properties: Mapping[str, str]
+    model: nn.Module,
+    preprocessor: Preprocessor,
+    path: Path,
+    properties: Mapping[str, str],
+    permissions: int = FILE_MODE,
 ) -> ExportedModel:
-    """Write the served graph of `model` and `preprocessor` to `path` (atomically), with
-    `properties` and the feature order as metadata, after onnx's full check."""
+    """Write the served graph of `model` and `preprocessor` to `path` (atomically, with mode
+    `permissions`), with `properties` and the feature order as metadata, after onnx's full
+    check."""
     import onnx
 
     proto = served_onnx(model, preprocessor)
@@ -235,18 +240,20 @@ def export(
         },
     )
     onnx.checker.check_model(proto, full_check=True)
-    return _write(proto, Path(path))
+    return _write(proto, Path(path), permissions)
 
 
-def stamp(src: Path, dst: Path, properties: Mapping[str, str]) -> ExportedModel:
-    """Copy `src` to `dst` (atomically) with `properties` added to its metadata, or replacing
-    the values of keys it has; the graph is verified unchanged."""
+def stamp(
+    src: Path, dst: Path, properties: Mapping[str, str], permissions: int = FILE_MODE
+) -> ExportedModel:
+    """Copy `src` to `dst` (atomically, with mode `permissions`) with `properties` added to its
+    metadata, or replacing the values of keys it has; the graph is verified unchanged."""
     import onnx
 
     proto = onnx.load_model(str(src))
     graph = proto.graph.SerializeToString()
     _set_properties(proto, {**_properties(proto), **properties})
-    written = _write(proto, Path(dst))
+    written = _write(proto, Path(dst), permissions)
     if onnx.load_model(str(dst)).graph.SerializeToString() != graph:
         raise AssertionError(f"stamping {src} changed its graph")
     return written
@@ -259,9 +266,9 @@ def read_properties(path: Path) -> dict[str, str]:
     return _properties(onnx.load_model(str(path)))
 
 
-def quantize(src: Path, dst: Path) -> ExportedModel:
+def quantize(src: Path, dst: Path, permissions: int = FILE_MODE) -> ExportedModel:
     """`src` with its weights dynamically quantized to int8 (onnxruntime), written to `dst`
-    with the same metadata plus `quantization`."""
+    (mode `permissions`) with the same metadata plus `quantization`."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -272,7 +279,7 @@ def quantize(src: Path, dst: Path) -> ExportedModel:
         quantize_dynamic(src, staged, weight_type=QuantType.QInt8)
         proto = onnx.load_model(str(staged))
     _set_properties(proto, {**properties, "quantization": "dynamic int8 weights"})
-    return _write(proto, dst)
+    return _write(proto, dst, permissions)
 
 
 @dataclass(frozen=True)
@@ -368,10 +375,11 @@ def _set_properties(proto: Any, properties: Mapping[str, str]) -> None:
     helper.set_model_props(proto, dict(properties))
 
 
-def _write(proto: Any, path: Path) -> ExportedModel:
-    """Write `proto` to `path` atomically: a temp file beside it, fsync, rename."""
+def _write(proto: Any, path: Path, permissions: int) -> ExportedModel:
+    """Write `proto` to `path` atomically (a temp file beside it, fsync, rename), with mode
+    `permissions`: serving may run as another user, in the group."""
     data = proto.SerializeToString()
-    with atomic_write(path, permissions=0o644) as file:  # serving may run as another user
+    with atomic_write(path, permissions=permissions) as file:
         file.write(data)
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     return ExportedModel(

@@ -1,4 +1,11 @@
-"""Files that appear whole or not at all."""
+"""Files that appear whole or not at all, with the mode the pipeline publishes them with.
+
+A published file gets `FILE_MODE` (0o640) unless configured otherwise (`ML_LIFECYCLE_FILE_MODE`,
+read in pipelines/definitions.py): the owner reads and writes it, its group reads it, others
+nothing; another service account reads what the pipeline published by being in that group. A
+folder created for such files gets the same bits plus search where read is granted
+(`folder_mode`: 0o750), whatever the process's umask.
+"""
 
 import hashlib
 import os
@@ -11,6 +18,47 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from upath import UPath
 
+FILE_MODE = 0o640
+"""Read and write for the owner, read for its group."""
+
+
+def check_file_mode(mode: int) -> int:
+    """`mode` if the owner may read and write a file of it and nobody may execute it; else a
+    ValueError."""
+    if mode & ~0o666 or mode & 0o600 != 0o600:
+        raise ValueError(
+            f"file_mode={mode:#o} must include the owner's read and write (0o600) and no more"
+            " than read and write (0o666)"
+        )
+    return mode
+
+
+def folder_mode(file_mode: int) -> int:
+    """The mode of a folder of files of `file_mode`: search wherever read is granted (0o750 for
+    0o640, 0o755 for 0o644)."""
+    return file_mode | (file_mode & 0o444) >> 2
+
+
+def umask_for(file_mode: int) -> int:
+    """The umask under which a process creates files of `file_mode` (opened with 0o666, as
+    Python and torch do) and folders of `folder_mode(file_mode)`: 0o027 for 0o640."""
+    return 0o777 & ~folder_mode(file_mode)
+
+
+def make_folders(folder: Path, file_mode: int = FILE_MODE) -> None:
+    """`folder` and its missing parents, each created with `folder_mode(file_mode)` whatever the
+    umask; folders that exist are left as they are."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for created in reversed(missing):
+        try:
+            created.mkdir()
+        except FileExistsError:  # made by a concurrent writer meanwhile
+            continue
+        os.chmod(created, folder_mode(file_mode))
+
 
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes, read a block at a time."""
@@ -22,17 +70,16 @@ def sha256_file(path: Path) -> str:
 
 
 @contextmanager
-def atomic_write(path: Path, mode: str = "wb", permissions: int | None = None) -> Iterator[IO[Any]]:
+def atomic_write(path: Path, mode: str = "wb", permissions: int = FILE_MODE) -> Iterator[IO[Any]]:
     """A file for writing whose content replaces `path` only when the block ends without error:
     written to a temporary file beside `path`, fsynced, renamed over it. On an error (or a kill)
-    the temporary file is removed and `path`, if it existed, is untouched. `permissions`
-    replaces mkstemp's 0600, e.g. for a file another user serves."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    the temporary file is removed and `path`, if it existed, is untouched. The file gets
+    `permissions` instead of mkstemp's 0600; missing folders are made (`make_folders`)."""
+    make_folders(path.parent, permissions)
     descriptor, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(descriptor, mode) as file:
-            if permissions is not None:
-                os.fchmod(file.fileno(), permissions)
+            os.fchmod(file.fileno(), permissions)
             yield file
             file.flush()
             os.fsync(file.fileno())
@@ -43,15 +90,16 @@ def atomic_write(path: Path, mode: str = "wb", permissions: int | None = None) -
 
 
 @contextmanager
-def staged_file(path: Path) -> Iterator[Path]:
+def staged_file(path: Path, permissions: int = FILE_MODE) -> Iterator[Path]:
     """A temporary path beside `path` for a writer that takes a path rather than a file: when
-    the block ends without error, whatever the writer left there is fsynced and renamed over
-    `path`; on an error it is removed and `path` is untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    the block ends without error, whatever the writer left there gets `permissions`, is fsynced
+    and renamed over `path`; on an error it is removed and `path` is untouched."""
+    make_folders(path.parent, permissions)
     descriptor, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(descriptor)
     try:
         yield Path(temp)
+        os.chmod(temp, permissions)
         with open(temp, "rb") as written:
             os.fsync(written.fileno())
         os.replace(temp, path)

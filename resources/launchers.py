@@ -17,7 +17,9 @@ import dagster as dg
 from pydantic import Field
 
 from ml.config import TrainConfig, to_args
+from ml.files import FILE_MODE, umask_for
 from ml.node import EXIT_NOT_RETRYABLE, local_command
+from resources.lake import FileMode
 
 NODE_LOGGER = " ml.node "
 """How ml.node's log lines are told apart in the node's stderr."""
@@ -27,6 +29,10 @@ class TrainingLauncher(dg.ConfigurableResource, ABC):
     """Runs a training job for an asset and returns what rank 0 reported."""
 
     output_root: str = Field(description="Folder under which each run writes its own folder.")
+    file_mode: FileMode = FILE_MODE
+    """Of the files in a run's folder: what the pipeline's steps write there (ONNX files, the
+    drift reference, the loss curve, the gate report) and, under LocalTorchrun, what training
+    writes (weights, manifest, checkpoints: the node runs under the matching umask)."""
 
     def output_dir(self, context: dg.AssetExecutionContext) -> Path:
         return Path(self.output_root) / context.run.run_id
@@ -119,7 +125,9 @@ class LocalTorchrun(TrainingLauncher):
             context_injector=dg.PipesEnvContextInjector(),
             message_reader=dg.PipesTempFileMessageReader(),
         ) as session:
-            code, last_error = _run(command, {**env, **session.get_bootstrap_env_vars()})
+            code, last_error = _run(
+                command, {**env, **session.get_bootstrap_env_vars()}, umask_for(self.file_mode)
+            )
             if code == EXIT_NOT_RETRYABLE:
                 raise dg.Failure(
                     description=f"training refused its config or input, not retried: {last_error}",
@@ -135,16 +143,17 @@ class LocalTorchrun(TrainingLauncher):
         ).get_materialize_result()
 
 
-def _run(command: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run the node to its end, its stderr echoed to the step's log; the exit code and the
-    last error it logged. A cancelled step stops every process of the node (torchrun and its
-    workers share a new session), not just torchrun."""
+def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]:
+    """Run the node to its end under `umask`, its stderr echoed to the step's log; the exit code
+    and the last error it logged. A cancelled step stops every process of the node (torchrun
+    and its workers share a new session), not just torchrun."""
     process = subprocess.Popen(
         command,
         env=env,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        umask=umask,
         preexec_fn=_terminate_with_parent,
     )
     errors: deque[str] = deque(maxlen=1)

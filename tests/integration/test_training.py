@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -61,6 +62,10 @@ def train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
 def finished(process: subprocess.Popen) -> None:
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err[-2000:]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def weights_hash(out: Path) -> str:
@@ -198,11 +203,18 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
     from mlflow import MlflowClient
 
     result = materialize_trained_model(
-        training_set, tmp_path, {"optim": {"max_epochs": 2}}, processes=2
+        training_set, tmp_path, {"optim": {"max_epochs": 2}}, processes=2, file_mode=0o660
     )
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["world_size"].value == 2
+    run = Path(metadata["weights"].value).parent
+    published = [run / name for name in ("model.safetensors", "manifest.json", "result.json")]
+    published += [run / "preprocessor.json", run / "loss_curve.png"]
+    published += [p for p in (run / "checkpoints").rglob("*") if p.is_file()]
+    folders = [run, *[p for p in (run / "checkpoints").rglob("*") if p.is_dir()]]
+    assert {str(p): mode(p) for p in published} == {str(p): 0o660 for p in published}
+    assert {str(p): mode(p) for p in folders} == {str(p): 0o770 for p in folders}
     assert metadata["epochs"].value == 2  # reported by rank 0 through Pipes
     assert Path(metadata["weights"].value).is_file()
     assert metadata["data_fingerprint"].value == fingerprint(pd.read_parquet(training_set))

@@ -3,6 +3,7 @@ metadata."""
 
 import hashlib
 import json
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,10 @@ def test_stamp_changes_the_properties_and_keeps_the_graph(exported, tmp_path):
     assert copy.graph.SerializeToString() == original.graph.SerializeToString()
     assert exported.path.read_bytes() == before
     assert stamped.sha256 != exported.sha256
+    # Group-readable as published, or the mode the caller configured.
+    assert stat.S_IMODE(exported.path.stat().st_mode) == 0o640
+    again = export.stamp(exported.path, tmp_path / "shared.onnx", {}, permissions=0o644)
+    assert stat.S_IMODE(again.path.stat().st_mode) == 0o644
 
 
 def test_a_vocabulary_holding_the_missing_marker_is_refused(fitted):

@@ -1,3 +1,5 @@
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -331,3 +333,59 @@ def test_a_lake_root_from_the_environment_is_checked_once_resolved(monkeypatch):
     assert "staging_dir is required for the remote lake root 'memory://lake-from-env'" in str(
         raised.value.__cause__
     )
+
+
+@pytest.fixture
+def private_umask() -> Iterator[None]:
+    """A umask that would keep everything to its owner: modes must not depend on it."""
+    before = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize(("file_mode", "folder"), [(None, 0o750), (0o660, 0o770), (0o644, 0o755)])
+def test_lake_files_get_the_configured_mode_and_new_folders_let_the_group_in(
+    tmp_path: Path, private_umask, file_mode, folder
+):
+    configured = {} if file_mode is None else {"file_mode": file_mode}
+    lake = ParquetLake(root=str(tmp_path / "lake"), **configured)
+    documents = JsonDocuments(root=str(tmp_path / "lake"), **configured)
+    files = LakeFiles(root=str(tmp_path / "lake"), **configured)
+    (tmp_path / "lake").mkdir(mode=0o700)  # the root is the operator's: left as it is
+
+    @dg.asset(io_manager_key="lake", key_prefix="deep")
+    def table() -> pd.DataFrame:
+        return frame()
+
+    @dg.asset(io_manager_key="documents")
+    def report() -> dict:
+        return {"ok": True}
+
+    assert dg.materialize([table, report], resources={"lake": lake, "documents": documents}).success
+    streamed = files.path_for(dg.AssetKey("streamed"), "2013-01-02")
+    with files.local_target(streamed) as target:
+        frame().to_parquet(target)
+
+    expected = file_mode or 0o640
+    parquet = lake.path_for(table.key, None)
+    assert [mode(p) for p in (parquet, documents.path_for(report.key, None), streamed)] == [
+        expected
+    ] * 3
+    assert [mode(p) for p in (parquet.parent, parquet.parent.parent, streamed.parent)] == [
+        folder
+    ] * 3
+    assert mode(tmp_path / "lake") == 0o700
+
+
+@pytest.mark.parametrize("file_mode", [0o755, 0o400, 0o4640, 0o040])
+def test_a_file_mode_that_would_make_files_executable_or_unwritable_is_refused(
+    tmp_path: Path, file_mode: int
+):
+    with pytest.raises(ValueError, match="file_mode"):
+        ParquetLake(root=str(tmp_path), file_mode=file_mode)

@@ -18,12 +18,14 @@ from pipelines.definitions import (
     INSTANCE_FILES,
     environment,
     launcher,
+    local_resources,
     production_resources,
     resources_for,
 )
 from resources.feature_store import Services, local_folder
 from resources.kubernetes import K8sMultiNode, K8sPod
-from resources.launchers import LocalTorchrun
+from resources.lake import JsonDocuments, LakeFiles, ParquetLake
+from resources.launchers import LocalTorchrun, TrainingLauncher
 
 pytestmark = pytest.mark.unit
 
@@ -195,6 +197,25 @@ def test_a_wrong_launcher_setting_is_refused_when_the_code_loads(tmp_path):
     }
     with mock.patch.dict(os.environ, variables), pytest.raises(ValueError, match="output_root"):
         launcher(tmp_path)
+
+
+def test_one_file_mode_reaches_every_resource_that_publishes_files(tmp_path):
+    publishing = ["lake", "lake_paths", "documents", "lake_files", "launcher"]
+
+    def modes(resources: dict[str, object]) -> dict[str, int]:
+        kinds = (ParquetLake, JsonDocuments, LakeFiles, TrainingLauncher)
+        return {k: r.file_mode for k, r in resources.items() if isinstance(r, kinds)}
+
+    for make in (local_resources, production_resources):
+        assert modes(make(tmp_path)) == dict.fromkeys(publishing, 0o640)
+        with mock.patch.dict(os.environ, {"ML_LIFECYCLE_FILE_MODE": "0644"}):
+            assert modes(make(tmp_path)) == dict.fromkeys(publishing, 0o644)
+    for wrong in ("rw-r-----", "0755", "0400"):
+        with (
+            mock.patch.dict(os.environ, {"ML_LIFECYCLE_FILE_MODE": wrong}),
+            pytest.raises(ValueError, match=f"ML_LIFECYCLE_FILE_MODE='{wrong}'"),
+        ):
+            local_resources(tmp_path)
 
 
 def test_the_executor_is_chosen_by_name_and_a_wrong_one_is_refused():
