@@ -48,9 +48,9 @@ class SourceError(Exception):
 
 
 DEFAULT_MAX_DROP_MIB = 256
-"""A day's drop of flights at its largest in 2013 is about 0.1 MiB of CSV; parsing and validating
-one takes about 13 times its size in memory (docs/benchmarks.md), so 256 MiB keeps a run under
-about 4 GiB."""
+"""A real day of flights is about 0.1 MiB of CSV. Reading, validating and publishing a day costs
+about 19 times the CSV's size in memory beyond a fixed ~360 MiB (docs/benchmarks.md, the large
+drop), so a 256 MiB drop keeps a day's run near 5 GiB."""
 
 
 @dataclass(frozen=True)

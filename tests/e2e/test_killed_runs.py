@@ -36,7 +36,9 @@ from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
 from tests.world import LENIENT, QUIET, REPO, make_drops
 
-pytestmark = pytest.mark.e2e
+# Each test runs a chain of lifecycle runs, several in fresh processes (the module's world is
+# built in the first test's setup): far past the suite's 300 s per test on a busy machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 DAYS = [f"2013-01-0{day}" for day in range(1, 5)]
 LAST = DAYS[-1]
