@@ -48,9 +48,20 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     item.add_marker(pytest.mark.xdist_group(group))
 
 
+WORLD_BUILD_TIMEOUT_S = 900
+"""The timeout of the first test on each shared world, which builds it: minutes on a quiet
+machine, several times that on a busy one, past the 300 s every other test gets."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The shared worlds' tests first: the longest unit starts at once."""
+    """The shared worlds' tests first: the longest unit starts at once. The first test on each
+    world carries its build, and the build's timeout."""
     items.sort(key=lambda item: not _on_shared_world(item))
+    built: set[str] = set()
+    for item in items:
+        for world in sorted(SHARED_WORLDS & set(getattr(item, "fixturenames", ())) - built):
+            built.add(world)
+            item.add_marker(pytest.mark.timeout(WORLD_BUILD_TIMEOUT_S), append=False)
 
 
 GOOD_DAY = "2013-01-02"

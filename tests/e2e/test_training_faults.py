@@ -54,9 +54,11 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
     raise AssertionError(f"no worker with RANK={rank}")
 
 
-def wait_for_checkpoint(out: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not list((out / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+def wait_for_checkpoint(launcher: subprocess.Popen, out: Path) -> None:
+    """Until the job has committed a checkpoint (bounded by the test's timeout, not a clock of
+    its own: a busy machine only makes it later); fails if the job ends first."""
+    while not list((out / "checkpoints").glob("step-*")):
+        assert launcher.poll() is None, f"the job ended ({launcher.returncode}) before a checkpoint"
         time.sleep(0.02)
 
 
@@ -81,7 +83,7 @@ def test_a_rank_killed_mid_epoch_is_restarted_and_the_weights_are_bit_identical(
     rank,
 ):
     killed = torchrun(training_set, tmp_path)
-    wait_for_checkpoint(tmp_path)
+    wait_for_checkpoint(killed, tmp_path)
     rank_process(killed, rank).send_signal(signal.SIGKILL)
     _, err = killed.communicate(timeout=240)
     assert killed.returncode == 0, err[-3000:]
@@ -94,7 +96,7 @@ def test_a_hung_rank_fails_the_job_in_seconds_not_the_default_half_hour(
     tmp_path,
 ):
     job = torchrun(training_set, tmp_path / "hung", "--process_group_timeout_s", "5", restarts=0)
-    wait_for_checkpoint(tmp_path / "hung")
+    wait_for_checkpoint(job, tmp_path / "hung")
     stopped = rank_process(job, 1)
     began = time.monotonic()
     stopped.send_signal(signal.SIGSTOP)
