@@ -96,7 +96,7 @@ def release_dead_runs(instance: dg.DagsterInstance) -> Sequence[ReleasedRun]:
         instance.report_run_failed(run, reason)
         if instance.event_log_storage.supports_global_concurrency_limits:
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        log.warning("run %s (%s): %s", run.run_id, run.job_name, reason)
+        log.info("run %s (%s): %s", run.run_id, run.job_name, reason)
         released.append(ReleasedRun(run.run_id, run.job_name, reason))
     return released
 
