@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from ml.files import sha256_file
+from ml.files import FILE_MODE, atomic_write, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,10 @@ def latest(root: Path, world_size: int) -> Checkpoint | None:
     return None
 
 
-def begin_attempt(root: Path, key: str) -> None:
-    """Record that the training `key` names writes its checkpoints under `root`."""
-    _write_attempt(root, {"key": key, "state": "running"})
+def begin_attempt(root: Path, key: str, file_mode: int = FILE_MODE) -> None:
+    """Record that the training `key` names writes its checkpoints under `root`; `root` and its
+    missing parents are made with the folder mode of `file_mode` (see `ml.files`)."""
+    _write_attempt(root, {"key": key, "state": "running"}, file_mode)
 
 
 def finish_attempt(root: Path) -> None:
@@ -167,11 +168,13 @@ def _attempt(root: Path) -> dict[str, str] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_attempt(root: Path, attempt: dict[str, str]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    temp = root / f".{ATTEMPT}.{uuid.uuid4().hex[:8]}.tmp"
-    temp.write_text(json.dumps(attempt, sort_keys=True))
-    os.replace(temp, root / ATTEMPT)
+def _write_attempt(root: Path, attempt: dict[str, str], file_mode: int | None = None) -> None:
+    """Replace `root`'s attempt record; it keeps the mode it has unless `file_mode` is given."""
+    path = root / ATTEMPT
+    if file_mode is None:
+        file_mode = path.stat().st_mode & 0o777 if path.exists() else FILE_MODE
+    with atomic_write(path, "w", file_mode) as file:
+        file.write(json.dumps(attempt, sort_keys=True))
 
 
 def _intact(path: Path) -> bool:

@@ -75,7 +75,7 @@ class LocalTorchrun(TrainingLauncher):
         data = sha256_file(Path(config.data.training_set))
         key = config.attempt_key(data, git_commit(Path(__file__).resolve().parents[1]))
         root = Path(config.output_dir) / "checkpoints"
-        checkpoint.begin_attempt(root, key)
+        checkpoint.begin_attempt(root, key, self.file_mode)
         earlier = Path(self.output_root).glob("*/checkpoints")
         return checkpoint.resume_earlier(root, earlier, self.processes)
 

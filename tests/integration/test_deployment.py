@@ -116,8 +116,8 @@ def test_an_onnx_graph_that_differs_from_torch_is_never_registered(world: World,
 
     original = export.export
 
-    def perturbed(model, preprocessor, path, properties):
-        done = original(model, preprocessor, path, properties)
+    def perturbed(model, preprocessor, path, properties, *args, **kwargs):
+        done = original(model, preprocessor, path, properties, *args, **kwargs)
         graph = onnx.load(path)
         weight = max(graph.graph.initializer, key=lambda t: len(t.raw_data))
         array = onnx.numpy_helper.to_array(weight).copy()
