@@ -1,5 +1,6 @@
 """Ingestion: each day's raw event tables and the dimension tables, as received, into the lake."""
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -9,7 +10,8 @@ from assets.contracts import FLIGHTS, WEATHER
 from assets.pods import SMALL
 from pipelines.partitions import daily_partitions, partition_day
 from resources.expectations import TableContract
-from resources.sources import RawSource, RawTable, SourceError
+from resources.lake import Chunks
+from resources.sources import RawChunks, RawSource, RawTable, SourceError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,27 +22,39 @@ KINDS = {"pandas", "parquet"}
 
 def _ingest_day(
     context: dg.AssetExecutionContext, source: RawSource, contract: TableContract
-) -> "pd.DataFrame":
+) -> Chunks:
+    """The day's drop, handed to the lake a chunk at a time. Nothing is written unless every
+    chunk is read: the lake keeps the last drop that could be."""
     day = partition_day(context.partition_key)
     try:
-        drop = source.read_day(
+        drop = source.read_day_chunks(
             contract.table,
             day,
             timestamp_columns=contract.timestamp_columns,
             missing_values=contract.missing_values_by_column,
         )
     except SourceError as exc:
-        # Nothing is written: the lake keeps the last drop that could be read.
-        raise dg.Failure(
-            description=f"partition {context.partition_key}: rule {exc.rule} failed: {exc}",
-            metadata={"partition": context.partition_key, "rule": exc.rule},
-            allow_retries=False,
-        ) from exc
-    context.add_output_metadata(_lineage(drop))
-    return drop.frame
+        raise _refused(context, exc) from exc
+    context.add_output_metadata({**_lineage(drop), "source_rows": drop.rows})
+
+    def frames() -> "Iterator[pd.DataFrame]":
+        try:
+            yield from drop.frames()
+        except SourceError as exc:
+            raise _refused(context, exc) from exc
+
+    return Chunks(frames)
 
 
-def _lineage(table: RawTable) -> dict[str, dg.MetadataValue]:
+def _refused(context: dg.AssetExecutionContext, exc: SourceError) -> dg.Failure:
+    return dg.Failure(
+        description=f"partition {context.partition_key}: rule {exc.rule} failed: {exc}",
+        metadata={"partition": context.partition_key, "rule": exc.rule},
+        allow_retries=False,
+    )
+
+
+def _lineage(table: RawTable | RawChunks) -> dict[str, dg.MetadataValue]:
     """Where a table was read from: the real file and the sha256 of the bytes read."""
     return {
         "source": dg.MetadataValue.url(table.uri),

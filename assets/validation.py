@@ -8,6 +8,7 @@ The previously published version of a refused partition is never touched.
 
 import datetime as dt
 import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -17,6 +18,7 @@ from assets.ingestion import airlines, raw_flights, raw_weather
 from assets.pods import SMALL
 from pipelines.partitions import daily_partitions
 from resources.expectations import GreatExpectations, TableContract, ValidationReport
+from resources.lake import Chunks, LakeTable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,20 +38,21 @@ def audit(
     context: dg.AssetCheckExecutionContext | dg.AssetExecutionContext,
     expectations: GreatExpectations,
     contract: TableContract,
-    raw: "pd.DataFrame",
+    raw: LakeTable,
     airlines_frame: "pd.DataFrame | None" = None,
     *,
     data_docs: bool = True,
 ) -> ValidationReport:
-    """Validate one raw partition against its contract."""
+    """Validate one raw partition against its contract, a row group of the lake file at a
+    time."""
     partition_key = context.partition_key
     window = daily_partitions.time_window_for_partition_key(partition_key)
     references = {}
     if airlines_frame is not None:
         references["airlines.carrier"] = airlines_frame["carrier"].dropna().tolist()
-    return expectations.validate_partition(
+    return expectations.validate_chunks(
         contract,
-        raw,
+        raw.frames,
         partition=partition_key,
         window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
         timezone=daily_partitions.timezone,
@@ -89,24 +92,35 @@ def check_result(report: ValidationReport) -> dg.AssetCheckResult:
     )
 
 
-def split(raw: "pd.DataFrame", report: ValidationReport) -> tuple["pd.DataFrame", "pd.DataFrame"]:
-    """(published rows, quarantined rows with the rules that rejected them)."""
-    import pandas as pd
-
+def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
+    """(published rows, quarantined rows with the rules that rejected them), a row group of the
+    raw partition at a time."""
     if not report.passed:
         raise dg.Failure(
             description=f"not published: {report.summary()}",
             metadata={"partition": report.partition, "rules_failed": len(report.failed_rules)},
             allow_retries=False,
         )
-    raw = raw.reset_index(drop=True)
-    reasons = pd.Series(report.rejection_reasons(), dtype="string")
-    rejected = raw.index.isin(reasons.index)
-    published = raw.loc[~rejected].reset_index(drop=True)
-    quarantined = raw.loc[rejected].assign(**{REJECTED_BY: reasons}).reset_index(drop=True)
-    if quarantined.empty:
-        quarantined = quarantined.astype({REJECTED_BY: "string"})
-    return published, quarantined
+    reasons = report.rejection_reasons()
+
+    def parts(keep: bool) -> "Iterator[pd.DataFrame]":
+        import numpy as np
+        import pandas as pd
+
+        positions = np.array(sorted(reasons), dtype=np.int64)
+        offset = 0
+        for chunk in raw.frames():
+            start, end = np.searchsorted(positions, [offset, offset + len(chunk)])
+            rejected = np.zeros(len(chunk), dtype=bool)
+            rejected[positions[start:end] - offset] = True
+            offset += len(chunk)
+            if keep:
+                yield chunk.loc[~rejected].reset_index(drop=True)
+                continue
+            why = pd.Series([reasons[p] for p in positions[start:end]], dtype="string")
+            yield chunk.loc[rejected].reset_index(drop=True).assign(**{REJECTED_BY: why})
+
+    return Chunks(lambda: parts(True)), Chunks(lambda: parts(False))
 
 
 def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
@@ -125,7 +139,7 @@ def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
 )
 def flights_contract(
     context: dg.AssetCheckExecutionContext,
-    raw_flights,
+    raw_flights: LakeTable,
     airlines,
     expectations: GreatExpectations,
 ) -> dg.AssetCheckResult:
@@ -137,7 +151,7 @@ def flights_contract(
 @dg.asset_check(asset=raw_weather, blocking=True, partitions_def=daily_partitions)
 def weather_contract(
     context: dg.AssetCheckExecutionContext,
-    raw_weather,
+    raw_weather: LakeTable,
     expectations: GreatExpectations,
 ) -> dg.AssetCheckResult:
     """The weather GX suite: columns, types, physical ranges, one observation per airport and
@@ -177,16 +191,24 @@ def _publication(table: str, validated: str) -> dict[str, Any]:
     ),
 )
 def publish_flights(
-    context: dg.AssetExecutionContext, raw_flights, airlines, expectations: GreatExpectations
+    context: dg.AssetExecutionContext,
+    raw_flights: LakeTable,
+    airlines,
+    expectations: GreatExpectations,
 ):
     report = audit(context, expectations, FLIGHTS, raw_flights, airlines, data_docs=False)
     published, quarantined = split(raw_flights, report)
-    flagged = flag_cancellations(published)
-    metadata = {
-        "cancelled": int(flagged["cancelled"].sum()),
-        "diverted": int(flagged["diverted"].sum()),
-    }
-    yield dg.Output(flagged, "validated_flights", metadata=metadata)
+    counts = {"cancelled": 0, "diverted": 0}
+
+    def flagged() -> "Iterator[pd.DataFrame]":
+        for chunk in published.frames():
+            chunk = flag_cancellations(chunk)
+            counts["cancelled"] += int(chunk["cancelled"].sum())
+            counts["diverted"] += int(chunk["diverted"].sum())
+            yield chunk
+
+    # The counts are taken while the lake writes the rows, and reported once it has.
+    yield dg.Output(Chunks(flagged, metadata=lambda: counts), "validated_flights")
     yield dg.Output(quarantined, "quarantined_flights")
 
 
@@ -195,7 +217,7 @@ def publish_flights(
     **_publication("weather", "Hourly weather of a day that passed the weather suite."),
 )
 def publish_weather(
-    context: dg.AssetExecutionContext, raw_weather, expectations: GreatExpectations
+    context: dg.AssetExecutionContext, raw_weather: LakeTable, expectations: GreatExpectations
 ):
     report = audit(context, expectations, WEATHER, raw_weather, data_docs=False)
     published, quarantined = split(raw_weather, report)

@@ -1,15 +1,16 @@
 """The memory bound of one large drop: peak RSS of ingesting, validating (the blocking GX check)
-and publishing one flights day from a drop folder, at 1x, 10x and 100x a normal day's rows.
+and publishing one flights day from a drop folder, at 1x, 10x, 100x and 1000x a normal day's
+rows.
 
     .venv/bin/python -m benchmarks.large_drop                     # the table (5 runs per scale)
     .venv/bin/python -m benchmarks.large_drop --scales 1 10 --repeats 3
     .venv/bin/python -m benchmarks.large_drop run --drops FOLDER  # one measure (one JSON line)
 
 A scaled day is a real one (2013-01-02, 943 flights) repeated: copy k of a flight gets a tail
-number with k in front, and the flights are numbered anew within each carrier and scheduled
-time, so natural keys stay unique and the day validates as the real one does. The drop is a CSV
-file, as `tests/conftest.py` writes them (timestamps in ISO-8601 with a `Z`), beside the
-dimension tables.
+number with k in front (two base-36 characters, so up to 1296 copies), and the flights are
+numbered anew within each carrier and scheduled time, so natural keys stay unique and the day
+validates as the real one does. The drop is a CSV file, as `tests/conftest.py` writes them
+(timestamps in ISO-8601 with a `Z`), beside the dimension tables.
 
 Each measure is a fresh process (`benchmarks.harness.measure`) that loads the dimension tables
 into a temporary lake and Dagster home, notes its peak RSS (the floor: Python, Dagster, GX, pandas
@@ -32,7 +33,7 @@ from pathlib import Path
 from benchmarks.harness import REPEATS, measure
 
 DAY = "2013-01-02"
-SCALES = (1, 10, 100)
+SCALES = (1, 10, 100, 1000)
 RESULTS = Path(__file__).parent / "results" / "large_drop.json"
 
 
@@ -52,7 +53,7 @@ def scaled_day(copies: int):
     parts = [frame]
     for k in range(1, copies):
         copy = frame.copy()
-        copy["tailnum"] = f"{k:02d}" + copy["tailnum"].str[-5:]
+        copy["tailnum"] = _base36(k) + copy["tailnum"].str[-5:]
         parts.append(copy)
     scaled = pd.concat(parts, ignore_index=True)
     # Flights numbered anew within each carrier and scheduled time: the natural key stays unique
@@ -62,6 +63,12 @@ def scaled_day(copies: int):
     if duplicated:
         raise AssertionError(f"{copies}x: {duplicated} duplicate natural keys")
     return scaled
+
+
+def _base36(k: int) -> str:
+    """`k` (below 1296) as two characters of the tail numbers' alphabet."""
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return digits[k // 36] + digits[k % 36]
 
 
 def write_drops(root: Path, copies: int) -> Path:

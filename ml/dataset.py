@@ -117,11 +117,33 @@ def assemble(
 def fingerprint(frame: pd.DataFrame) -> str:
     """sha256 over column names, dtypes and values, row order included; independent of any file
     format, so a dataset read back from Parquet has the fingerprint it was written with."""
-    from pandas.util import hash_pandas_object
+    return Fingerprint().update(frame).hexdigest()
 
-    digest = hashlib.sha256()
-    for column in frame.columns:
-        digest.update(f"{column}\x1f{frame[column].dtype}\x1e".encode())
-    if len(frame):
-        digest.update(hash_pandas_object(frame, index=False).to_numpy().tobytes())
-    return digest.hexdigest()
+
+class Fingerprint:
+    """`fingerprint` of a table taken a chunk of rows at a time: the chunks' fingerprint is the
+    fingerprint of their concatenation. Every chunk must have the first one's columns and
+    dtypes."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._header: bytes | None = None
+
+    def update(self, frame: pd.DataFrame) -> "Fingerprint":
+        from pandas.util import hash_pandas_object
+
+        header = "".join(f"{c}\x1f{frame[c].dtype}\x1e" for c in frame.columns).encode()
+        if self._header is None:
+            self._header = header
+            self._digest.update(header)
+        elif header != self._header:
+            raise ValueError(
+                "a chunk's columns or dtypes differ from the first chunk's:"
+                f" {header.decode()!r} vs {self._header.decode()!r}"
+            )
+        if len(frame):
+            self._digest.update(hash_pandas_object(frame, index=False).to_numpy().tobytes())
+        return self
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()

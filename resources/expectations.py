@@ -12,6 +12,11 @@ turns it into an ExpectationSuite, validates one partition's frame with GX, and 
   quarantined with the rule that rejected them, as long as their share stays at or below the
   contract's `max_rejected_share`; above it the whole partition is refused.
 
+A table too large to hold whole is validated a chunk at a time (`validate_chunks`): each chunk
+is one GX validation, and their results are combined into the report one validation of the
+whole table would give: counts, samples and row positions add up, the row count is judged on
+the total, and natural keys must be unique across chunks too.
+
 GX is imported only inside methods: it takes seconds to import and the code location must load
 without it.
 """
@@ -19,8 +24,9 @@ without it.
 import copy
 import datetime as dt
 import functools
+import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -158,6 +164,9 @@ class RuleResult:
     error: str | None = None
     """Set when GX could not evaluate the rule at all (e.g. the column is missing)."""
     column: str | None = None
+    holds: str | None = None
+    """What the `unexpected_count` rows of a failed table rule hold, when they are counted
+    (`observed` is then "<count> of <rows> rows hold <holds>")."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +333,46 @@ class GreatExpectations(dg.ConfigurableResource):
             ),
             data_docs_url=url,
         )
+
+    def validate_chunks(
+        self,
+        contract: TableContract,
+        chunks: Callable[[], Iterator["pd.DataFrame"]],
+        *,
+        partition: str,
+        window: tuple[dt.datetime, dt.datetime],
+        timezone: str,
+        references: Mapping[str, Sequence[Any]] | None = None,
+        data_docs: bool = True,
+    ) -> ValidationReport:
+        """`validate_partition` for a table handed over a chunk at a time: `chunks()` gives its
+        rows in order (one chunk at a time is held) and is called a second time only to sample
+        natural keys duplicated across chunks. Data Docs are rendered for a table of one chunk
+        only: a page per chunk would show none of the table's verdict.
+
+        Natural keys are compared across chunks by a 64-bit hash of each row's key (with the
+        chunk it is in, 12 bytes a row until the last chunk is validated, about 30 while they are
+        compared): two different keys with the same hash would count as a duplicate, which at
+        ten million rows happens with a chance of about one in 300,000."""
+        validate = functools.partial(
+            self.validate_partition,
+            contract,
+            partition=partition,
+            window=window,
+            timezone=timezone,
+            references=references,
+        )
+        frames = chunks()
+        first = next(frames)
+        second = next(frames, None)
+        if second is None:
+            return validate(first, data_docs=data_docs)
+        reports, keys = [], _KeyIndex(contract.natural_key)
+        for chunk in itertools.chain([first, second], frames):
+            reports.append(validate(chunk, data_docs=False))
+            keys.add(chunk)
+        del first, second
+        return _combined(contract, reports, keys.duplicated_across_chunks(), chunks)
 
     def _publish(self, context: Any) -> str | None:
         """Render the latest validation into the Data Docs site; its page's URL."""
@@ -572,24 +621,27 @@ def _explained(
                     unexpected_count=int(bad.sum()),
                     sample=tuple(repr(v) for v in frame[column][bad].head(SAMPLE_SIZE)),
                     observed=f"{bad.sum()} of {len(frame)} rows hold {what}",
+                    holds=what,
                 )
             )
         elif column in mistyped and rule.rule.endswith(".is_number"):
             values = frame[column]
             bad = values.notna() & pd.Series(pd.to_numeric(values, errors="coerce")).isna()
             sample = tuple(repr(v) for v in values[bad].head(SAMPLE_SIZE))
+            what = "text that is not a number"
             out.append(
                 replace(
                     rule,
                     unexpected_count=int(bad.sum()),
                     sample=sample,
-                    observed=f"{bad.sum()} of {len(frame)} rows hold text that is not a number",
+                    observed=f"{bad.sum()} of {len(frame)} rows hold {what}",
+                    holds=what,
                 )
             )
         elif column in mistyped:
             out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
         elif rule.level == "table" and rule.error is None and rule.observed is None:
-            observed = f"column of type {frame[column].dtype} on {len(frame)} rows"
+            observed = f"column of type {frame[column].dtype}{_ON_ROWS.format(len(frame))}"
             out.append(replace(rule, observed=observed))
         else:
             out.append(rule)
@@ -652,3 +704,152 @@ def _validation_definition(data_docs_dir: str, contract: TableContract) -> Any:
     return context.validation_definitions.add(
         gx.ValidationDefinition(name=contract.table, data=batch, suite=suite)
     )
+
+
+_ON_ROWS = " on {} rows"
+"""How a failed type rule without a count ends: "column of type object on 915 rows"."""
+_ROW_COUNT = "rows.at_least_min_rows"
+_UNIQUE_KEY = "natural_key.unique"
+
+
+class _KeyIndex:
+    """A 64-bit hash of every row's natural key, and the chunk the row is in."""
+
+    def __init__(self, natural_key: Sequence[str]) -> None:
+        self.natural_key = list(natural_key)
+        self.hashes: list[Any] = []
+        self.chunks: list[Any] = []
+
+    def add(self, chunk: "pd.DataFrame") -> None:
+        import numpy as np
+        from pandas.util import hash_pandas_object
+
+        if not set(self.natural_key) <= set(chunk.columns):
+            return  # the column rule refuses the table already
+        keys = chunk[self.natural_key]
+        hashes = hash_pandas_object(keys, index=False).to_numpy()
+        # GX ignores rows whose key is missing altogether; so does the comparison across chunks.
+        present = keys.notna().any(axis=1).to_numpy()
+        self.hashes.append(np.where(present, hashes, np.uint64(0)))
+        self.chunks.append(np.where(present, len(self.chunks), -1).astype(np.int32))
+
+    def duplicated_across_chunks(self) -> Any:
+        """Positions (in the whole table) of the rows whose key is also in another chunk."""
+        import numpy as np
+
+        if not self.hashes:
+            return np.empty(0, dtype=np.int64)
+        hashes, chunks = np.concatenate(self.hashes), np.concatenate(self.chunks)
+        self.hashes, self.chunks = [], []
+        order = np.argsort(hashes, kind="stable")
+        hashes, chunks = hashes[order], chunks[order]
+        starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+        lowest = np.minimum.reduceat(chunks, starts)
+        highest = np.maximum.reduceat(chunks, starts)
+        across = (lowest >= 0) & (lowest != highest)
+        group = np.cumsum(np.r_[True, hashes[1:] != hashes[:-1]]) - 1
+        return np.sort(order[across[group] & (chunks >= 0)])
+
+
+def _combined(
+    contract: TableContract,
+    reports: list[ValidationReport],
+    duplicated: Any,
+    chunks: Callable[[], Iterator["pd.DataFrame"]],
+) -> ValidationReport:
+    """One report from the reports of a table's chunks, in order; `duplicated` are the
+    positions of rows whose natural key is also in another chunk."""
+    offsets = list(itertools.accumulate((r.row_count for r in reports), initial=0))
+    total = offsets[-1]
+    merged = []
+    by_name = [{rule.rule: rule for rule in report.rules} for report in reports]
+    for name in by_name[0]:
+        results = [rules[name] for rules in by_name]
+        if name == _ROW_COUNT:
+            passed = total >= contract.min_rows
+            merged.append(
+                replace(
+                    results[0],
+                    passed=passed,
+                    unexpected_count=0 if passed else 1,
+                    observed=None if passed else str(total),
+                )
+            )
+            continue
+        failed = [
+            (offset, report.row_count, result)
+            for offset, report, result in zip(offsets, reports, results, strict=False)
+            if not result.passed
+        ]
+        extra = duplicated if name == _UNIQUE_KEY else ()
+        if not failed and not len(extra):
+            merged.append(results[0])
+            continue
+        merged.append(_merged_rule(results[0], failed, extra, total, contract, chunks))
+    return ValidationReport(
+        table=contract.table,
+        partition=reports[0].partition,
+        row_count=total,
+        max_rejected_share=contract.max_rejected_share,
+        rules=tuple(merged),
+    )
+
+
+def _merged_rule(
+    rule: RuleResult,
+    failed: list[tuple[int, int, RuleResult]],
+    extra: Any,
+    total: int,
+    contract: TableContract,
+    chunks: Callable[[], Iterator["pd.DataFrame"]],
+) -> RuleResult:
+    """One rule's failures in several chunks (each with its chunk's offset and row count) and
+    the rows `extra` also broke it at (positions in the table) as one result."""
+    first = failed[0][2] if failed else rule
+    if first.level == "table" and first.holds is None:
+        # Not counted by row: the first failing chunk's verdict stands for the table ("column
+        # of type object on 900 rows" restated on the table's rows).
+        observed = first.observed
+        if observed is not None:
+            chunk_rows = _ON_ROWS.format(failed[0][1])
+            if observed.endswith(chunk_rows):
+                observed = observed[: -len(chunk_rows)] + _ON_ROWS.format(total)
+        return replace(first, observed=observed)
+    rows = sorted({*(o + p for o, _, r in failed for p in r.rows), *(int(p) for p in extra)})
+    if len(extra):  # keys repeated across chunks: sampled again, in the table's row order
+        sample = _key_sample(contract, chunks, rows[:SAMPLE_SIZE])
+    else:
+        sample = tuple(itertools.islice((v for _, _, r in failed for v in r.sample), SAMPLE_SIZE))
+    count = len(rows) if first.level == "row" else sum(r.unexpected_count for _, _, r in failed)
+    observed = first.observed
+    if first.holds is not None:
+        observed = f"{count} of {total} rows hold {first.holds}"
+    return replace(
+        first,
+        passed=False,
+        unexpected_count=count,
+        sample=sample,
+        rows=tuple(rows),
+        observed=observed,
+    )
+
+
+def _key_sample(
+    contract: TableContract, chunks: Callable[[], Iterator["pd.DataFrame"]], positions: Any
+) -> tuple[str, ...]:
+    """The natural keys at `positions` (ascending) of the table, as GX samples them."""
+    wanted, found, offset = list(int(p) for p in positions), [], 0
+    key = list(contract.natural_key)
+    for chunk in chunks():
+        while wanted and wanted[0] < offset + len(chunk):
+            row = chunk.iloc[wanted.pop(0) - offset]
+            found.append(repr({c: _plain(row[c]) for c in key}))
+        offset += len(chunk)
+        if not wanted:
+            break
+    return tuple(found)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value GX samples hold."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, str) else value

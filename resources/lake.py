@@ -6,6 +6,10 @@ hash (of its columns, types and values, not of the file's bytes) in its Parquet 
 hash is reported to Dagster as the asset's data version: re-materializing identical data keeps
 the version, so nothing downstream turns stale for no reason.
 
+A table too large to hold whole travels in chunks: an asset returns `Chunks`, written as one
+Parquet row group per chunk with its hash taken chunk by chunk, and a step whose input is
+annotated `LakeTable` gets the file to read a row group at a time instead of its rows.
+
 The root is a folder, or a URL of an fsspec filesystem (through universal-pathlib):
 `file:///srv/lake` is a local folder, written the same way; on an object store
 (`s3://bucket/lake`, or fsspec's `memory://` in tests) a file is written locally, then uploaded
@@ -22,8 +26,9 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -43,6 +48,7 @@ from ml.files import (
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 HASH_METADATA_KEY = b"ml_lifecycle.content_hash"
@@ -128,14 +134,129 @@ def write_parquet_atomically(
     return digest
 
 
+@dataclass(frozen=True)
+class Chunks:
+    """A table handed to the lake a chunk of rows at a time: an asset returns it instead of a
+    DataFrame when the table may not fit in memory. `frames` is called once, when the lake
+    writes the table; every chunk must have the first one's columns and dtypes. `metadata`,
+    called once the table is written, adds to the output's metadata what was counted while the
+    chunks went by."""
+
+    frames: Callable[[], Iterator["pd.DataFrame"]]
+    metadata: Callable[[], Mapping[str, Any]] = dict
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """A lake file to read a row group at a time: what a step gets for an input annotated
+    `LakeTable` instead of the file's rows. Tables the lake wrote from `Chunks` have a row group
+    per chunk; a table written whole has one per million rows."""
+
+    path: LakePath
+
+    def frames(self, columns: Sequence[str] | None = None) -> Iterator["pd.DataFrame"]:
+        """The rows, a row group at a time, each frame indexed from 0 (only `columns`, if
+        given); an empty table gives one empty frame."""
+        import pyarrow.parquet as pq
+
+        with self.path.open("rb") as source:
+            parquet = pq.ParquetFile(source)
+            names = list(columns) if columns is not None else None
+            if parquet.metadata.num_row_groups == 0:
+                yield (
+                    parquet.schema_arrow.empty_table()
+                    .select(names or parquet.schema_arrow.names)
+                    .to_pandas()
+                )
+                return
+            for group in range(parquet.metadata.num_row_groups):
+                yield parquet.read_row_group(group, columns=names).to_pandas()
+
+    @property
+    def rows(self) -> int:
+        import pyarrow.parquet as pq
+
+        with self.path.open("rb") as source:
+            return pq.read_metadata(source).num_rows
+
+
+def write_parquet_chunks(
+    frames: Iterable["pd.DataFrame"], path: LakePath, permissions: int = FILE_MODE
+) -> tuple[str, int, "pd.Series"]:
+    """Write the chunks to `path` as one file, a row group per chunk, whole or not at all (see
+    `open_atomically`); returns its content hash (that of the chunks' concatenation), row count
+    and dtypes. A column with no value in the first chunk is stored as text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ml.dataset import Fingerprint
+
+    digest, rows = Fingerprint(), 0
+    schema, dtypes, writer = None, None, None
+    with open_atomically(path, permissions=permissions) as sink:
+        try:
+            for frame in frames:
+                digest.update(frame)
+                if writer is None:
+                    schema, dtypes = _stored_schema(frame), frame.dtypes
+                    writer = pq.ParquetWriter(sink, schema)
+                writer.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
+                rows += len(frame)
+            if writer is None or dtypes is None:
+                raise ValueError(f"{path}: a table in chunks needs at least one (empty) chunk")
+            writer.add_key_value_metadata({HASH_METADATA_KEY: digest.hexdigest().encode()})
+        finally:
+            if writer is not None:
+                writer.close()
+    return digest.hexdigest(), rows, dtypes
+
+
+def _stored_schema(frame: "pd.DataFrame") -> "pa.Schema":
+    import pyarrow as pa
+
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    for index, column in enumerate(schema):
+        if pa.types.is_null(column.type):
+            schema = schema.set(index, column.with_type(pa.string()))
+    return schema
+
+
 def stored_hash(path: LakePath) -> str | None:
     """The content hash recorded in a lake file, without reading its data."""
     import pyarrow.parquet as pq
 
     with path.open("rb") as source:
-        metadata = pq.read_schema(source).metadata or {}
+        metadata = pq.read_metadata(source).metadata or {}
     value = metadata.get(HASH_METADATA_KEY)
     return value.decode() if value else None
+
+
+def _one_partition(context: dg.OutputContext | dg.InputContext, rule: str) -> str | None:
+    """The one partition key of an output or input (None when unpartitioned)."""
+    if not context.has_asset_partitions:
+        return None
+    keys = context.asset_partition_keys
+    if len(keys) != 1:
+        raise ValueError(f"{context.asset_key.to_user_string()}: {rule}, got {len(keys)}")
+    return keys[0]
+
+
+def _not_materialized(
+    asset_key: dg.AssetKey, partition_key: str | None, path: LakePath
+) -> FileNotFoundError:
+    where = f" partition {partition_key}" if partition_key else ""
+    return FileNotFoundError(
+        f"{asset_key.to_user_string()}{where} has not been materialized ({path})"
+    )
+
+
+def _wants_table(context: dg.InputContext) -> bool:
+    """Whether the step's input is annotated `LakeTable` (an input context built by hand, as in
+    a test, may carry no type)."""
+    try:
+        return context.dagster_type.typing_type is LakeTable
+    except dg.DagsterInvariantViolationError:
+        return False
 
 
 class ParquetLake(dg.ConfigurableIOManager):
@@ -164,21 +285,19 @@ class ParquetLake(dg.ConfigurableIOManager):
             raise LakePathError(f"{resolved} is outside the lake {local_root}")
         return resolved if isinstance(root, Path) else UPath(resolved.as_uri())
 
-    def handle_output(self, context: dg.OutputContext, obj: "pd.DataFrame") -> None:
-        partition_key = None
-        if context.has_asset_partitions:
-            keys = context.asset_partition_keys
-            if len(keys) != 1:
-                name = context.asset_key.to_user_string()
-                raise ValueError(f"{name}: one partition per write, got {len(keys)}")
-            partition_key = keys[0]
-        path = self.path_for(context.asset_key, partition_key)
-        digest = write_parquet_atomically(obj, path, self.file_mode)
+    def handle_output(self, context: dg.OutputContext, obj: "pd.DataFrame | Chunks") -> None:
+        path = self.path_for(context.asset_key, _one_partition(context, "one partition per write"))
+        if isinstance(obj, Chunks):
+            digest, rows, dtypes = write_parquet_chunks(obj.frames(), path, self.file_mode)
+            context.add_output_metadata(dict(obj.metadata()))
+        else:
+            digest = write_parquet_atomically(obj, path, self.file_mode)
+            rows, dtypes = len(obj), obj.dtypes
         context.add_output_metadata(
             {
-                "dagster/row_count": len(obj),
+                "dagster/row_count": rows,
                 "dagster/column_schema": dg.TableSchema(
-                    columns=[dg.TableColumn(str(c), str(t)) for c, t in obj.dtypes.items()]
+                    columns=[dg.TableColumn(str(c), str(t)) for c, t in dtypes.items()]
                 ),
                 "content_hash": digest,
                 "path": dg.MetadataValue.path(str(path)),
@@ -188,10 +307,12 @@ class ParquetLake(dg.ConfigurableIOManager):
         # it here makes the stored content, not the code version, decide what is stale downstream.
         context.step_context.set_data_version(context.asset_key, dg.DataVersion(digest))
 
-    def load_input(self, context: dg.InputContext) -> "pd.DataFrame":
+    def load_input(self, context: dg.InputContext) -> "pd.DataFrame | LakeTable":
         import pandas as pd
 
         asset_key = context.asset_key
+        if _wants_table(context):
+            return self._table(context)
         if not context.has_asset_partitions:
             return self._read(self.path_for(asset_key, None), asset_key, None)
         frames = [
@@ -204,15 +325,20 @@ class ParquetLake(dg.ConfigurableIOManager):
             return frames[0]
         return pd.concat(frames, ignore_index=True)
 
+    def _table(self, context: dg.InputContext) -> LakeTable:
+        """The file of one asset partition (or of an unpartitioned asset), unread."""
+        partition_key = _one_partition(context, "a LakeTable input is one partition")
+        path = self.path_for(context.asset_key, partition_key)
+        if not path.is_file():
+            raise _not_materialized(context.asset_key, partition_key, path)
+        return LakeTable(path)
+
     @staticmethod
     def _read(path: LakePath, asset_key: dg.AssetKey, partition_key: str | None) -> "pd.DataFrame":
         import pandas as pd
 
         if not path.is_file():
-            where = f" partition {partition_key}" if partition_key else ""
-            raise FileNotFoundError(
-                f"{asset_key.to_user_string()}{where} has not been materialized ({path})"
-            )
+            raise _not_materialized(asset_key, partition_key, path)
         local = local_path(path)
         if local is not None:
             return pd.read_parquet(local)

@@ -11,6 +11,13 @@ timezone-naive for validation to refuse; anything else stays text.
 
 A drop folder is a boundary: a drop or table folder that is a link is refused by name, and a
 table records the real file it was read from with the sha256 of its bytes.
+
+A drop is read a chunk of rows at a time (`read_day_chunks`), so that a day's size bounds the
+time it takes, not the memory: a first pass over the file hashes its bytes and learns the type
+pandas gives each column in each chunk, a second pass parses it again with the types of the
+whole file (a column that is a number in one chunk and text in another is text in all), so the
+chunks concatenate to the frame one whole read would give. A drop of one chunk, the usual case,
+is parsed once.
 """
 
 import datetime as dt
@@ -21,10 +28,11 @@ import io
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import dagster as dg
 from pydantic import Field
@@ -48,9 +56,17 @@ class SourceError(Exception):
 
 
 DEFAULT_MAX_DROP_MIB = 256
-"""A real day of flights is about 0.1 MiB of CSV. Reading, validating and publishing a day costs
-about 19 times the CSV's size in memory beyond a fixed ~360 MiB (docs/benchmarks.md, the large
-drop), so a 256 MiB drop keeps a day's run near 5 GiB."""
+"""A real day of flights is about 0.1 MiB of CSV. Ingestion and validation read a drop in chunks,
+but the feature tables still load a published day whole, at about 19 times the CSV's size in
+memory (docs/benchmarks.md, the large drop), so a 256 MiB drop keeps a day's run near 5 GiB."""
+
+DEFAULT_CHUNK_MIB = 4
+"""A chunk of 4 MiB of CSV is about 40,000 flights; reading, validating and publishing one costs
+about 19 times that in memory (docs/benchmarks.md, the large drop)."""
+
+TimestampForm = Literal["aware", "naive", "text"]
+"""What a timestamp column of a drop holds: ISO-8601 text with offsets (parsed to UTC-aware
+values), without any (parsed, left naive for validation to refuse), or anything else (text)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,30 @@ class RawTable:
     """The real file the rows were read from (never a link to it)."""
     sha256: str
     """sha256 of that file's bytes, as read."""
+
+
+@dataclass(frozen=True)
+class RawChunks:
+    """One table as received, handed over a chunk of rows at a time. Each call of `frames`
+    reads the table again from the start; a drop whose bytes are no longer the ones `sha256`
+    names is refused there, by a SourceError."""
+
+    uri: str
+    """The real file the rows are read from (never a link to it)."""
+    sha256: str
+    """sha256 of that file's bytes, as read."""
+    rows: int
+    frames: Callable[[], Iterator["pd.DataFrame"]] = field(repr=False)
+    """The chunks, in order, each with its own index from 0; at least one, empty for a table
+    of no rows. Every chunk has the same columns and dtypes."""
+
+    def whole(self) -> RawTable:
+        """All the chunks as one frame."""
+        import pandas as pd
+
+        frames = list(self.frames())
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        return RawTable(frame=frame, uri=self.uri, sha256=self.sha256)
 
 
 class RawSource(dg.ConfigurableResource, ABC):
@@ -79,6 +119,21 @@ class RawSource(dg.ConfigurableResource, ABC):
         """The rows of `table` for one local calendar day, as received. `missing_values` maps a
         column to the text that means missing in it (a column not named has none); None keeps
         pandas' default list."""
+
+    def read_day_chunks(
+        self,
+        table: str,
+        day: dt.date,
+        *,
+        timestamp_columns: Sequence[str] = (),
+        missing_values: Mapping[str, Sequence[str]] | None = None,
+    ) -> RawChunks:
+        """`read_day`'s rows a chunk at a time. A source whose days fit in memory needs nothing
+        more than `read_day`: its day is one chunk."""
+        drop = self.read_day(
+            table, day, timestamp_columns=timestamp_columns, missing_values=missing_values
+        )
+        return RawChunks(drop.uri, drop.sha256, len(drop.frame), lambda: iter([drop.frame]))
 
     @abstractmethod
     def read_table(self, table: str) -> RawTable:
@@ -132,6 +187,13 @@ class DropFolderSource(RawSource):
         " in memory).",
     )
 
+    chunk_mib: float = Field(
+        default=DEFAULT_CHUNK_MIB,
+        gt=0,
+        description="Size of the part of a drop parsed at a time, in MiB of the file: a day's"
+        " ingestion, validation and publication hold about one chunk's rows at a time.",
+    )
+
     def read_day(
         self,
         table: str,
@@ -140,22 +202,38 @@ class DropFolderSource(RawSource):
         timestamp_columns: Sequence[str] = (),
         missing_values: Mapping[str, Sequence[str]] | None = None,
     ) -> RawTable:
+        chunks = self.read_day_chunks(
+            table, day, timestamp_columns=timestamp_columns, missing_values=missing_values
+        )
+        return chunks.whole()
+
+    def read_day_chunks(
+        self,
+        table: str,
+        day: dt.date,
+        *,
+        timestamp_columns: Sequence[str] = (),
+        missing_values: Mapping[str, Sequence[str]] | None = None,
+    ) -> RawChunks:
         what = f"table {table!r}, day {day}"
         root = Path(self.root).resolve()
         folder = _not_a_link(root, root / _checked_table_name(table), what=what)
         path = _single_drop(root, folder, day.isoformat(), what=what)
-        drop = _read_file(path, what=what, limit=self._limit, missing_values=missing_values)
-        return replace(drop, frame=parse_timestamps(drop.frame, timestamp_columns))
+        return _Drop(path, what, self._limit, self._chunk, missing_values).scan(timestamp_columns)
 
     def read_table(self, table: str) -> RawTable:
         what = f"table {table!r}"
         root = Path(self.root).resolve()
         path = _single_drop(root, root, _checked_table_name(table), what=what)
-        return _read_file(path, what=what, limit=self._limit)
+        return _Drop(path, what, self._limit, self._chunk).scan().whole()
 
     @property
     def _limit(self) -> int:
         return int(self.max_drop_mib * 2**20)
+
+    @property
+    def _chunk(self) -> int:
+        return max(int(self.chunk_mib * 2**20), 1)
 
 
 def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataFrame":
@@ -165,24 +243,60 @@ def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataF
     mixes both, or holds text that is not a timestamp, stays as text. Columns that are already
     datetimes (Parquet drops) are left alone, and so are columns that are absent.
     """
+    forms: dict[str, TimestampForm] = {}
+    for column in columns:
+        form = timestamp_form(frame[column]) if column in frame.columns else None
+        if form is not None:
+            forms[column] = form
+    return apply_timestamp_forms(frame, forms)
+
+
+def timestamp_form(values: "pd.Series") -> TimestampForm | None:
+    """What a timestamp column holds (see `TimestampForm`); None when there is nothing to parse:
+    the column is already a datetime, is not text, or has no values."""
     import pandas as pd
 
-    for column in columns:
-        if column not in frame.columns or pd.api.types.is_datetime64_any_dtype(frame[column]):
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return None
+    if not pd.api.types.is_object_dtype(values) and not pd.api.types.is_string_dtype(values):
+        return None
+    text = values.dropna().astype(str)
+    if text.empty:
+        return None
+    with_offset = text.str.contains(UTC_OFFSET, regex=True)
+    if with_offset.any() and not with_offset.all():
+        return "text"  # some values aware, some naive: leave it to validation to refuse
+    try:
+        pd.to_datetime(text, format="ISO8601", utc=bool(with_offset.any()))
+    except (ValueError, TypeError):
+        return "text"
+    return "aware" if with_offset.any() else "naive"
+
+
+def combined_form(forms: set[TimestampForm | None]) -> TimestampForm | None:
+    """The form of a column whose chunks have `forms`: parsed only if every chunk with values
+    parses the same way, as one read of the whole column would."""
+    found = forms - {None}
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else "text"
+
+
+def apply_timestamp_forms(
+    frame: "pd.DataFrame", forms: Mapping[str, TimestampForm]
+) -> "pd.DataFrame":
+    """`frame` with each column of `forms` parsed as its form says (text stays text)."""
+    import pandas as pd
+
+    parsed = {}
+    for column, form in forms.items():
+        if form == "text" or column not in frame.columns:
+            continue
+        if pd.api.types.is_datetime64_any_dtype(frame[column]):
             continue
         values = frame[column]
-        if not pd.api.types.is_object_dtype(values) and not pd.api.types.is_string_dtype(values):
-            continue
-        text = values.dropna().astype(str)
-        with_offset = text.str.contains(UTC_OFFSET, regex=True)
-        if not text.empty and with_offset.any() and not with_offset.all():
-            continue  # some values aware, some naive: leave it to validation to refuse
-        try:
-            parsed = pd.to_datetime(values, format="ISO8601", utc=bool(with_offset.any()))
-        except (ValueError, TypeError):
-            continue
-        frame = frame.assign(**{column: parsed})
-    return frame
+        parsed[column] = pd.to_datetime(values, format="ISO8601", utc=form == "aware")
+    return frame.assign(**parsed) if parsed else frame
 
 
 def _checked_table_name(table: str) -> str:
@@ -211,49 +325,172 @@ def _single_drop(root: Path, folder: Path, stem: str, *, what: str) -> Path:
     return found[0]
 
 
-def _read_file(
-    path: Path,
-    *,
-    what: str,
-    limit: int,
-    missing_values: Mapping[str, Sequence[str]] | None = None,
-) -> RawTable:
-    """The table in `path`, parsed from the same bytes its sha256 is taken of; a file over
-    `limit` bytes is refused before it is read."""
-    import pandas as pd
-    import pyarrow as pa
+class _HashingReader(io.RawIOBase):
+    """A binary file read through, hashing every byte handed out."""
 
-    try:
-        # O_NOFOLLOW: a link swapped in after the checks above is still not followed.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size > limit:
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._file.read(len(buffer))
+        buffer[: len(data)] = data
+        self.digest.update(data)
+        return len(data)
+
+
+@dataclass(frozen=True)
+class _Drop:
+    """One drop file, parsed a chunk at a time (see the module's docstring)."""
+
+    path: Path
+    what: str
+    limit: int
+    chunk_bytes: int
+    missing_values: Mapping[str, Sequence[str]] | None = None
+
+    def scan(self, timestamp_columns: Sequence[str] = ()) -> RawChunks:
+        """First pass: the file's sha256, row count, and what every column holds across all
+        chunks; the chunks come from a second pass (none if the file is one chunk)."""
+        dtypes: dict[str, set[Any]] = {}
+        forms: dict[str, set[TimestampForm | None]] = {c: set() for c in timestamp_columns}
+        first, count, rows = None, 0, 0
+        with self._open() as file:
+            for chunk in self._parse(file, {}):
+                first, count, rows = chunk, count + 1, rows + len(chunk)
+                for column, dtype in chunk.dtypes.items():
+                    dtypes.setdefault(str(column), set()).add(dtype)
+                for column in forms.keys() & set(chunk.columns):
+                    forms[column].add(timestamp_form(chunk[column]))
+            sha256 = self._hexdigest(file)
+        settled: dict[str, TimestampForm] = {}
+        for column, found in forms.items():
+            form = combined_form(found)
+            if form is not None:
+                settled[column] = form
+        if count == 1:
+            assert first is not None
+            chunk = apply_timestamp_forms(first, settled)
+            return RawChunks(self.uri, sha256, rows, lambda: iter([chunk]))
+        common = {c: _common_dtype(s) for c, s in dtypes.items() if len(s) > 1}
+
+        def frames() -> Iterator["pd.DataFrame"]:
+            with self._open() as file:
+                for chunk in self._parse(file, common):
+                    yield apply_timestamp_forms(chunk, settled)
+                if self._hexdigest(file) != sha256:
+                    raise SourceError(
+                        f"{self.what}: {self.path} changed while it was read (sha256 was"
+                        f" {sha256[:12]}); drops must be replaced whole, by a rename"
+                    )
+
+        return RawChunks(self.uri, sha256, rows, frames)
+
+    @property
+    def uri(self) -> str:
+        return self.path.as_uri()
+
+    @contextmanager
+    def _open(self) -> Iterator[Any]:
+        """The file, checked against the size limit, read through a hash (CSV; a Parquet file is
+        read from its footer, so it is hashed whole on its own)."""
+        try:
+            # O_NOFOLLOW: a link swapped in after the checks above is still not followed.
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise SourceError(f"{self.what}: {self.path} cannot be read: {exc}") from exc
+        with os.fdopen(descriptor, "rb") as file:
+            size = os.fstat(descriptor).st_size
+            if size > self.limit:
                 raise SourceError(
-                    f"{what}: {path} is {size / 2**20:.3g} MiB ({size} bytes), over the limit"
-                    f" of {limit / 2**20:.3g} MiB ({limit} bytes, max_drop_mib); refused before"
-                    " parsing."
+                    f"{self.what}: {self.path} is {size / 2**20:.3g} MiB ({size} bytes), over"
+                    f" the limit of {self.limit / 2**20:.3g} MiB ({self.limit} bytes,"
+                    " max_drop_mib); refused before parsing."
                     " Split the drop or raise the limit where the run has the memory for it",
                     rule="drop_within_size_limit",
                 )
-            data = file.read()
-    except OSError as exc:
-        raise SourceError(f"{what}: {path} cannot be read: {exc}") from exc
-    if not data:
-        raise SourceError(f"{what}: {path} is an empty file (0 bytes, not even a header)")
-    try:
-        if path.suffix == ".parquet":
-            frame = pd.read_parquet(io.BytesIO(data))
-        else:
-            frame = pd.read_csv(io.BytesIO(data), low_memory=False, **_na_options(missing_values))
-    except (
-        pd.errors.ParserError,
-        pd.errors.EmptyDataError,
-        pa.ArrowException,
-        UnicodeDecodeError,
-        OSError,
-    ) as exc:
-        raise SourceError(f"{what}: {path} is corrupt or truncated: {exc}") from exc
-    return RawTable(frame=frame, uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest())
+            if size == 0:
+                raise SourceError(
+                    f"{self.what}: {self.path} is an empty file (0 bytes, not even a header)"
+                )
+            yield file if self.path.suffix == ".parquet" else _HashingReader(file)
+
+    def _hexdigest(self, file: Any) -> str:
+        if isinstance(file, _HashingReader):
+            while file.read(1 << 20):  # whatever the parser left unread
+                pass
+            return file.digest.hexdigest()
+        file.seek(0)
+        digest = hashlib.sha256()
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+        return digest.hexdigest()
+
+    def _parse(self, file: Any, dtypes: Mapping[str, Any]) -> Iterator["pd.DataFrame"]:
+        """The chunks; `dtypes` are the columns' types where the chunks differ."""
+        import pandas as pd
+        import pyarrow as pa
+
+        try:
+            if self.path.suffix == ".parquet":
+                for chunk in self._parquet_chunks(file):
+                    yield chunk.astype(dict(dtypes)) if dtypes else chunk
+                return
+            with pd.read_csv(
+                file,
+                chunksize=self._csv_rows_per_chunk(file.fileno()),
+                dtype=cast(Any, dict(dtypes)),
+                low_memory=False,
+                **_na_options(self.missing_values),
+            ) as chunks:
+                for chunk in chunks:
+                    yield chunk.reset_index(drop=True)
+        except (
+            pd.errors.ParserError,
+            pd.errors.EmptyDataError,
+            pa.ArrowException,
+            UnicodeDecodeError,
+            OSError,
+        ) as exc:
+            raise SourceError(f"{self.what}: {self.path} is corrupt or truncated: {exc}") from exc
+
+    def _csv_rows_per_chunk(self, descriptor: int) -> int:
+        """Rows in `chunk_bytes` of the file, judged by the lines of its first block (read
+        without moving the file's position)."""
+        block = os.pread(descriptor, min(self.chunk_bytes, 1 << 20), 0)
+        lines = max(block.count(b"\n"), 1)
+        return max(self.chunk_bytes * lines // max(len(block), 1), 1)
+
+    def _parquet_chunks(self, file: Any) -> Iterator["pd.DataFrame"]:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(file)
+        metadata = parquet.metadata
+        size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+        rows = max(self.chunk_bytes * metadata.num_rows // max(size, 1), 1)
+        empty = True
+        for batch in parquet.iter_batches(batch_size=rows):
+            empty = False
+            yield batch.to_pandas().reset_index(drop=True)
+        if empty:
+            yield parquet.schema_arrow.empty_table().to_pandas()
+
+
+def _common_dtype(dtypes: set[Any]) -> Any:
+    """The dtype a whole read gives a CSV column whose chunks were read as `dtypes`: numbers
+    with a missing value or a fraction anywhere are floats everywhere; anything else is text."""
+    import numpy as np
+    import pandas as pd
+
+    if all(pd.api.types.is_numeric_dtype(d) and not pd.api.types.is_bool_dtype(d) for d in dtypes):
+        return np.float64
+    return object
 
 
 def _na_options(missing_values: Mapping[str, Sequence[str]] | None) -> dict[str, Any]:

@@ -8,8 +8,11 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
+from assets.contracts import FLIGHTS
+from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
 
@@ -238,3 +241,55 @@ def test_a_drop_over_the_size_limit_is_refused_before_it_is_parsed(
     assert f"({drop.stat().st_size} bytes), over the limit of" in text, text
     assert f"({limit} bytes, max_drop_mib)" in text, text
     assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+SMALL_CHUNKS_MIB = 8 / 1024
+"""8 KiB of CSV at a time: a real day of 943 flights in about a dozen chunks."""
+
+
+def test_a_day_in_chunks_publishes_what_it_publishes_whole(lifecycle: Lifecycle, drops: Path):
+    """Rows broken in several chunks and a flight repeated in two: the chunked day quarantines
+    and publishes the same rows, with the same content hashes, as the day read whole."""
+    frame = bundled_day("flights")
+    frame.loc[[5, 450, 900], "distance"] = -3
+    key = list(FLIGHTS.natural_key)
+    frame.loc[800, key] = frame.loc[10, key].to_numpy()
+    write_csv_drop(drops, "flights", GOOD_DAY, frame)
+    lifecycle.load_dimensions()
+    assets = ("raw_flights", "validated_flights", "quarantined_flights")
+
+    assert lifecycle.materialize().success
+    whole = {a: lifecycle.read(a) for a in assets}
+    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+    result = lifecycle.materialize()
+
+    assert result.success, error_text(result)
+    assert pq.ParquetFile(lifecycle.path("raw_flights")).metadata.num_row_groups > 10
+    for asset in assets:
+        pd.testing.assert_frame_equal(lifecycle.read(asset), whole[asset])
+    quarantined = whole["quarantined_flights"]
+    assert len(quarantined) == 5
+    assert set(quarantined.rejected_by) == {"distance.in_range[1,6000]", "natural_key.unique"}
+    versions = {
+        e.asset_key.to_user_string(): e.materialization.metadata["content_hash"].value
+        for e in result.get_asset_materialization_events()
+    }
+    assert versions["validated_flights"] == content_hash(whole["validated_flights"])
+    assert versions["raw_flights"] == content_hash(whole["raw_flights"])
+
+
+def test_a_day_in_chunks_broken_in_every_chunk_is_refused_with_the_days_count(
+    lifecycle: Lifecycle, drops: Path
+):
+    frame = bundled_day("flights")
+    frame.iloc[::20, frame.columns.get_loc("distance")] = -3  # 48 rows, all through the day
+    write_csv_drop(drops, "flights", GOOD_DAY, frame)
+    lifecycle.load_dimensions()
+    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+
+    result = lifecycle.materialize()
+
+    assert not result.success
+    text = error_text(result)
+    assert f"flights partition {GOOD_DAY}: REFUSED, 48 of 943 rows broke row rules" in text, text
+    assert "rule distance.in_range[1,6000] (row): 48 of 943 rows; e.g. -3" in text, text

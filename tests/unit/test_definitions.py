@@ -182,3 +182,15 @@ def test_an_unknown_environment_is_refused_by_name():
 
     with pytest.raises(ValueError, match="ML_LIFECYCLE_ENV='staging'"):
         resources_for("staging")
+
+
+def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(monkeypatch, tmp_path):
+    from pipelines.definitions import _source
+    from resources.sources import DropFolderSource
+
+    monkeypatch.setenv("ML_LIFECYCLE_DROP_FOLDER", str(tmp_path))
+    monkeypatch.setenv("ML_LIFECYCLE_MAX_DROP_MIB", "64")
+    monkeypatch.setenv("ML_LIFECYCLE_CHUNK_MIB", "0.5")
+    source = _source()
+    assert isinstance(source, DropFolderSource)
+    assert (source.root, source.max_drop_mib, source.chunk_mib) == (str(tmp_path), 64.0, 0.5)

@@ -231,3 +231,81 @@ def test_validations_leave_nothing_behind_in_gx_memory(gx_resource: GreatExpecta
         )
     # A year of partitions must not pile up results in the process's in-memory store.
     assert _gx_context(gx_resource.data_docs_dir).validation_results_store.list_keys() == []
+
+
+def _in_chunks(frame: pd.DataFrame, rows: int):
+    def chunks():
+        for start in range(0, len(frame), rows):
+            yield frame.iloc[start : start + rows].reset_index(drop=True)
+
+    return chunks
+
+
+def _validated_in_chunks(gx_resource, contract, frame, rows, references=CARRIERS):
+    return gx_resource.validate_chunks(
+        contract,
+        _in_chunks(frame, rows),
+        partition=GOOD_DAY,
+        window=DAY_WINDOW,
+        timezone=DATA_TIMEZONE,
+        references=references,
+    )
+
+
+def _verdicts(report: ValidationReport):
+    return {
+        r.rule: (r.level, r.passed, r.unexpected_count, r.rows, r.observed, r.error)
+        for r in report.rules
+    }
+
+
+def test_a_day_validated_in_chunks_gets_the_verdict_of_the_whole_day(
+    gx_resource: GreatExpectations,
+):
+    """Broken rows in several chunks, a natural key repeated in two chunks and one repeated
+    inside a chunk: counts, rows and verdicts equal one validation of the whole frame."""
+    frame = bundled_day("flights")
+    frame.loc[5, ["distance", "origin"]] = [-3, "XXX"]
+    frame.loc[450, "dest"] = "toolong"
+    frame.loc[900, "tailnum"] = "N123\n"
+    key = list(FLIGHTS.natural_key)
+    frame.loc[800, key] = frame.loc[10, key].to_numpy()  # in another chunk
+    frame.loc[301, key] = frame.loc[300, key].to_numpy()  # in the same chunk
+    whole = validate_flights(gx_resource, frame)
+
+    chunked = _validated_in_chunks(gx_resource, FLIGHTS, frame, rows=200)
+
+    assert chunked.row_count == whole.row_count == 943
+    assert _verdicts(chunked) == _verdicts(whole)
+    assert chunked.rejection_reasons() == whole.rejection_reasons()
+    assert chunked.rejected_rows == {5, 10, 300, 301, 450, 800, 900}
+    assert chunked.passed == whole.passed
+    assert chunked.summary() == whole.summary()
+    unique = next(r for r in chunked.rules if r.rule == "natural_key.unique")
+    assert len(unique.sample) == 4  # the two pairs, each row once
+
+
+def test_chunks_smaller_than_the_minimum_row_count_pass_it_together(
+    gx_resource: GreatExpectations,
+):
+    frame = bundled_day("weather")  # 72 hours, min_rows below that
+    assert WEATHER.min_rows > 10
+    report = _validated_in_chunks(gx_resource, WEATHER, frame, rows=10, references={})
+    assert report.passed, report.summary()
+    assert report.row_count == 72
+
+
+def test_a_mistyped_column_in_chunks_is_counted_on_the_whole_day(
+    gx_resource: GreatExpectations,
+):
+    frame = bundled_day("flights").astype({"dep_delay": object})
+    frame.loc[[3, 500, 900], "dep_delay"] = ["late", "NULL", "?"]
+    whole = validate_flights(gx_resource, frame)
+
+    chunked = _validated_in_chunks(gx_resource, FLIGHTS, frame, rows=300)
+
+    assert not chunked.passed
+    assert _verdicts(chunked) == _verdicts(whole)
+    rule = next(r for r in chunked.rules if r.rule == "dep_delay.is_number")
+    assert rule.observed == "3 of 943 rows hold text that is not a number"
+    assert rule.sample == ("'late'", "'NULL'", "'?'")

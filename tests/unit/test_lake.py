@@ -10,15 +10,18 @@ import pytest
 from upath import UPath
 
 from resources.lake import (
+    Chunks,
     JsonDocuments,
     LakeFiles,
     LakePathError,
     LakePaths,
+    LakeTable,
     ParquetLake,
     content_hash,
     local_path,
     stored_hash,
     write_parquet_atomically,
+    write_parquet_chunks,
     write_text_atomically,
 )
 
@@ -389,3 +392,75 @@ def test_a_file_mode_that_would_make_files_executable_or_unwritable_is_refused(
 ):
     with pytest.raises(ValueError, match="file_mode"):
         ParquetLake(root=str(tmp_path), file_mode=file_mode)
+
+
+def _pieces(whole: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
+    return [whole.iloc[i : i + rows].reset_index(drop=True) for i in range(0, len(whole), rows)]
+
+
+def test_a_table_in_chunks_is_one_file_with_a_row_group_per_chunk_and_the_whole_hash(
+    tmp_path: Path,
+):
+    whole = frame(10).assign(note=[None] * 4 + ["x"] * 6)  # no value in the first chunk
+    path = tmp_path / "t" / "data.parquet"
+
+    digest, rows, dtypes = write_parquet_chunks(_pieces(whole, 4), path)
+
+    assert digest == content_hash(whole) == stored_hash(path)
+    assert rows == 10 and dtypes.equals(whole.dtypes)
+    pd.testing.assert_frame_equal(pd.read_parquet(path), whole)
+    read = list(LakeTable(path).frames())
+    assert [len(f) for f in read] == [4, 4, 2]
+    pd.testing.assert_frame_equal(read[2], _pieces(whole, 4)[2])
+    assert [list(f.columns) for f in LakeTable(path).frames(["id"])] == [["id"]] * 3
+    assert LakeTable(path).rows == 10
+
+
+def test_a_table_in_chunks_that_fails_midway_leaves_the_previous_file(tmp_path: Path):
+    path = tmp_path / "t" / "data.parquet"
+    write_parquet_atomically(frame(3), path)
+    before = path.read_bytes()
+
+    def broken():
+        yield frame(4)
+        raise RuntimeError("the source went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        write_parquet_chunks(broken(), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == ["data.parquet"]
+
+
+def test_chunks_of_different_dtypes_are_refused(tmp_path: Path):
+    path = tmp_path / "t" / "data.parquet"
+    with pytest.raises(ValueError, match="differ from the first chunk"):
+        write_parquet_chunks([frame(2), frame(2).astype({"id": "float64"})], path)
+    assert not path.exists()
+
+
+def test_the_io_manager_writes_chunks_and_hands_a_lake_table_to_an_annotated_input(
+    tmp_path: Path,
+):
+    whole = frame(9)
+
+    @dg.asset
+    def table():
+        return Chunks(lambda: iter(_pieces(whole, 4)), metadata=lambda: {"pieces": 3})
+
+    seen = {}
+
+    @dg.asset
+    def reader(table: LakeTable):
+        seen["sizes"] = [len(f) for f in table.frames()]
+        return pd.concat(table.frames(), ignore_index=True)
+
+    lake = ParquetLake(root=str(tmp_path))
+    result = dg.materialize([table, reader], resources={"io_manager": lake})
+
+    assert result.success
+    assert seen["sizes"] == [4, 4, 1]
+    metadata = result.get_asset_materialization_events()[0].materialization.metadata
+    assert metadata["dagster/row_count"].value == 9
+    assert metadata["pieces"].value == 3
+    assert metadata["content_hash"].value == content_hash(whole)
+    pd.testing.assert_frame_equal(pd.read_parquet(lake.path_for(reader.key, None)), whole)

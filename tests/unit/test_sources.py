@@ -192,3 +192,101 @@ def test_timestamps_keep_what_validation_must_see():
     assert str(parsed.naive.dtype) == "datetime64[ns]"
     assert parsed.mixed.dtype == object
     assert parsed.text.dtype == object
+
+
+def _whole_read(path: Path, contract) -> pd.DataFrame:
+    """What one read of the whole file gives: the reference for a drop read in chunks."""
+    frame = pd.read_csv(
+        path,
+        low_memory=False,
+        keep_default_na=False,
+        na_values=contract.missing_values_by_column,
+    )
+    return parse_timestamps(frame, contract.timestamp_columns)
+
+
+def _chunked(root: Path, contract, chunk_mib: float):
+    source = DropFolderSource(root=str(root), chunk_mib=chunk_mib)
+    return source.read_day_chunks(
+        contract.table,
+        DAY,
+        timestamp_columns=contract.timestamp_columns,
+        missing_values=contract.missing_values_by_column,
+    )
+
+
+def test_a_drop_read_in_chunks_is_the_file_read_whole(tmp_path: Path):
+    frame = bundled_day("flights")
+    # A column of whole numbers with a missing value only at the end, and one that is text only
+    # in the last rows: a whole read makes the first a float column and the second a text
+    # column, and so must every chunk.
+    frame = frame.assign(
+        flight=frame.flight.astype("Int64"), sched_dep_time=frame.sched_dep_time.astype(object)
+    )
+    frame.loc[len(frame) - 1, "flight"] = pd.NA
+    frame.loc[len(frame) - 2, "sched_dep_time"] = "soon"
+    path = write_csv_drop(tmp_path, "flights", GOOD_DAY, frame)
+
+    chunks = _chunked(tmp_path, FLIGHTS, chunk_mib=8 / 1024)  # 8 KiB: about 80 rows
+    frames = list(chunks.frames())
+
+    assert len(frames) > 10
+    assert chunks.rows == sum(len(f) for f in frames) == len(frame)
+    assert chunks.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert all(f.index.equals(pd.RangeIndex(len(f))) for f in frames)
+    assert {tuple(f.dtypes.astype(str)) for f in frames} == {
+        tuple(_whole_read(path, FLIGHTS).dtypes.astype(str))
+    }
+    expected = _whole_read(path, FLIGHTS)
+    assert str(expected.sched_dep_time.dtype) == "object"
+    assert str(expected.flight.dtype) == "float64" and str(frames[0].flight.dtype) == "float64"
+    assert str(expected.time_hour.dtype) == "datetime64[ns, UTC]"
+    pd.testing.assert_frame_equal(pd.concat(frames, ignore_index=True), expected)
+    pd.testing.assert_frame_equal(chunks.whole().frame, expected)
+
+
+def test_a_timestamp_column_is_parsed_only_if_every_chunk_parses_the_same_way(tmp_path: Path):
+    frame = bundled_day("weather")
+    text = frame.time_hour.dt.strftime("%Y-%m-%dT%H:%M:%SZ").astype(object)
+    text.iloc[-1] = "2013-01-02T23:00:00"  # no offset, in the last chunk only
+    path = tmp_path / "weather" / f"{GOOD_DAY}.csv"
+    path.parent.mkdir()
+    frame.assign(time_hour=text).to_csv(path, index=False)
+
+    frames = list(_chunked(tmp_path, WEATHER, chunk_mib=1 / 1024).frames())
+
+    assert len(frames) > 3
+    assert {str(f.time_hour.dtype) for f in frames} == {"object"}
+    pd.testing.assert_frame_equal(pd.concat(frames, ignore_index=True), _whole_read(path, WEATHER))
+
+
+def test_a_parquet_drop_is_read_in_batches_with_one_dtype_per_column(tmp_path: Path):
+    frame = bundled_day("flights")
+    path = tmp_path / "flights" / f"{GOOD_DAY}.parquet"
+    path.parent.mkdir()
+    frame.to_parquet(path, row_group_size=100)  # dep_time has no missing value in some groups
+
+    chunks = _chunked(tmp_path, FLIGHTS, chunk_mib=8 / 1024)
+    frames = list(chunks.frames())
+
+    assert len(frames) > 3
+    assert len({tuple(f.dtypes.astype(str)) for f in frames}) == 1
+    pd.testing.assert_frame_equal(pd.concat(frames, ignore_index=True), pd.read_parquet(path))
+    assert chunks.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_drop_changed_between_its_two_reads_is_refused(tmp_path: Path):
+    path = write_csv_drop(tmp_path, "flights", GOOD_DAY, bundled_day("flights"))
+    chunks = _chunked(tmp_path, FLIGHTS, chunk_mib=8 / 1024)
+    path.write_bytes(path.read_bytes().replace(b",UA,", b",AA,"))
+
+    with pytest.raises(SourceError, match="changed while it was read"):
+        list(chunks.frames())
+
+
+def test_a_header_only_drop_is_one_empty_chunk(tmp_path: Path):
+    (tmp_path / "flights").mkdir()
+    (tmp_path / "flights" / f"{GOOD_DAY}.csv").write_text(",".join(FLIGHTS.column_names) + "\n")
+    frames = list(_chunked(tmp_path, FLIGHTS, chunk_mib=1).frames())
+    assert len(frames) == 1 and frames[0].empty
+    assert list(frames[0].columns) == FLIGHTS.column_names
