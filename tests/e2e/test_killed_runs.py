@@ -29,6 +29,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from ml import checkpoint
 from pipelines.definitions import definitions, local_resources
 from pipelines.run_health import release_dead_runs
 from resources.launchers import LocalTorchrun
@@ -183,9 +184,19 @@ class Mini:
             assert not held, (pool, held)
 
     def assert_nothing_half_written(self) -> None:
+        """No half file in the lake or beside a run's published files, and every checkpoint a
+        reader can see is whole. A training killed while writing a checkpoint leaves its hidden
+        temporary folder (`.step-*.tmp`) in its own run's folder: no reader opens it, and the
+        next save into that folder removes it."""
         for folder in ("lake", "models"):
-            half = [p for p in (self.home / folder).rglob("*") if p.name.endswith(".tmp")]
+            half = [
+                p
+                for p in (self.home / folder).rglob("*")
+                if p.name.endswith(".tmp") and not _checkpoint_in_progress(p)
+            ]
             assert not half, half
+        for step in (self.home / "models").glob(f"*/checkpoints/{checkpoint.PREFIX}*"):
+            assert (step / checkpoint.COMPLETE).is_file(), step
         for path in (self.home / "lake").rglob("*.parquet"):
             pd.read_parquet(path)  # raises on a truncated file
         key = ["year", "month", "day", "carrier", "flight", "sched_dep_time"]
@@ -197,6 +208,16 @@ class Mini:
         champion = self.registry.champion(MODEL)
         assert champion is not None
         return champion.tags["weights_sha256"]
+
+
+def _checkpoint_in_progress(path: Path) -> bool:
+    """A checkpoint's temporary folder (`checkpoints/.step-*.tmp`), or a file in one."""
+    return any(
+        folder.parent.name == "checkpoints"
+        and folder.name.startswith(f".{checkpoint.PREFIX}")
+        and folder.name.endswith(".tmp")
+        for folder in (path, *path.parents)
+    )
 
 
 @pytest.fixture(scope="module")
