@@ -7,6 +7,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 
 class Outage:
@@ -38,13 +39,13 @@ class Outage:
     def up(self) -> None:
         self._available.set()
 
-    def up_after_refusals(self, refusals: int, delay_s: float) -> threading.Thread:
-        """Come back `delay_s` after the `refusals`-th refused connection (in a thread)."""
+    def up_when(self, effect: Callable[[], bool], poll_s: float = 0.2) -> threading.Thread:
+        """Come back once `effect()` holds (polled in a thread): the outage ends when what it
+        was meant to cause has been seen, however long that takes on a busy machine."""
 
         def wait() -> None:
-            while self.refused < refusals and not self._closed:
-                time.sleep(0.05)
-            time.sleep(delay_s)
+            while not self._closed and not effect():
+                time.sleep(poll_s)
             self.up()
 
         thread = threading.Thread(target=wait, daemon=True)

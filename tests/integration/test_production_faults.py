@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import dagster as dg
 import pandas as pd
@@ -42,6 +43,23 @@ def retried(result: dg.ExecuteInProcessResult, step: str) -> int:
     )
 
 
+def up_for_retry(instance: dg.DagsterInstance, step: str) -> Callable[[], bool]:
+    """Whether a run in progress has put `step` up for retry: the effect an outage must have
+    before it ends."""
+
+    def seen() -> bool:
+        started = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
+        return any(
+            event.step_key == step
+            for run in instance.get_runs(filters=started, limit=5)
+            for event in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY
+            )
+        )
+
+    return seen
+
+
 def through(production: ProductionWorld, store: FeastFeatureStore) -> ProductionWorld:
     """The production world with its feature store replaced by `store`."""
     resources = {**production.defs.resources, "feature_store": store}
@@ -71,7 +89,7 @@ def test_postgresql_gone_during_the_registry_step_is_retried_and_nothing_is_lost
             offline_root=str(production.home / "lake"),
         )
         outage.down()
-        outage.up_after_refusals(1, delay_s=1.0)
+        outage.up_when(up_for_retry(production.instance, "feature_registry"))
         result = through(production, store).run("apply_feature_registry")
     finally:
         outage.close()
@@ -99,9 +117,9 @@ def test_redis_gone_during_materialization_is_retried_and_the_values_are_right(
             offline_root=str(production.home / "lake"),
         )
         outage.down()
-        # Longer than the Redis client's own reconnects (three, backing off up to 1 + 2 + 4 s):
-        # the step fails, and its retry policy (5 ± 5 s, then 15 ± 5 s) has to bring it back.
-        outage.up_after_refusals(1, delay_s=9.0)
+        # Until the step has failed, once the Redis client's own reconnects are spent: its retry
+        # policy (5 ± 5 s, then 15 ± 5 s) has to bring it back.
+        outage.up_when(up_for_retry(production.instance, "online_features"))
         result = through(production, store).run("daily_partition", day, assets=["online_features"])
         assert result.success
         assert outage.refused >= 1
