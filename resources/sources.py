@@ -243,34 +243,41 @@ def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataF
     mixes both, or holds text that is not a timestamp, stays as text. Columns that are already
     datetimes (Parquet drops) are left alone, and so are columns that are absent.
     """
-    forms: dict[str, TimestampForm] = {}
+    parsed = {}
     for column in columns:
-        form = timestamp_form(frame[column]) if column in frame.columns else None
-        if form is not None:
-            forms[column] = form
-    return apply_timestamp_forms(frame, forms)
+        if column in frame.columns:
+            _, values = _parsed(frame[column])
+            if values is not None:
+                parsed[column] = values
+    return frame.assign(**parsed) if parsed else frame
 
 
 def timestamp_form(values: "pd.Series") -> TimestampForm | None:
     """What a timestamp column holds (see `TimestampForm`); None when there is nothing to parse:
     the column is already a datetime, is not text, or has no values."""
+    return _parsed(values)[0]
+
+
+def _parsed(values: "pd.Series") -> "tuple[TimestampForm | None, pd.Series | None]":
+    """A timestamp column's form, and its values parsed when the form is aware or naive."""
     import pandas as pd
 
     if pd.api.types.is_datetime64_any_dtype(values):
-        return None
+        return None, None
     if not pd.api.types.is_object_dtype(values) and not pd.api.types.is_string_dtype(values):
-        return None
+        return None, None
     text = values.dropna().astype(str)
     if text.empty:
-        return None
+        return None, None
     with_offset = text.str.contains(UTC_OFFSET, regex=True)
     if with_offset.any() and not with_offset.all():
-        return "text"  # some values aware, some naive: leave it to validation to refuse
+        return "text", None  # some values aware, some naive: leave it to validation to refuse
+    aware = bool(with_offset.any())
     try:
-        pd.to_datetime(text, format="ISO8601", utc=bool(with_offset.any()))
+        parsed = pd.to_datetime(values, format="ISO8601", utc=aware)
     except (ValueError, TypeError):
-        return "text"
-    return "aware" if with_offset.any() else "naive"
+        return "text", None
+    return ("aware" if aware else "naive"), parsed
 
 
 def combined_form(forms: set[TimestampForm | None]) -> TimestampForm | None:
@@ -363,21 +370,24 @@ class _Drop:
         first, count, rows = None, 0, 0
         with self._open() as file:
             for chunk in self._parse(file, {}):
-                first, count, rows = chunk, count + 1, rows + len(chunk)
+                count, rows, parsed = count + 1, rows + len(chunk), {}
                 for column, dtype in chunk.dtypes.items():
                     dtypes.setdefault(str(column), set()).add(dtype)
                 for column in forms.keys() & set(chunk.columns):
-                    forms[column].add(timestamp_form(chunk[column]))
+                    form, values = _parsed(chunk[column])
+                    forms[column].add(form)
+                    if values is not None:
+                        parsed[column] = values
+                first = chunk.assign(**parsed) if parsed else chunk
             sha256 = self._hexdigest(file)
         settled: dict[str, TimestampForm] = {}
         for column, found in forms.items():
             form = combined_form(found)
             if form is not None:
                 settled[column] = form
-        if count == 1:
+        if count == 1:  # parsed already: its forms are the file's
             assert first is not None
-            chunk = apply_timestamp_forms(first, settled)
-            return RawChunks(self.uri, sha256, rows, lambda: iter([chunk]))
+            return RawChunks(self.uri, sha256, rows, lambda: iter([first]))
         common = {c: _common_dtype(s) for c, s in dtypes.items() if len(s) > 1}
 
         def frames() -> Iterator["pd.DataFrame"]:
