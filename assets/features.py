@@ -6,6 +6,7 @@ The logic is in `ml/features.py` and `ml/dataset.py`; Feast sits behind `FeastFe
 
 import datetime as dt
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -16,9 +17,10 @@ from assets.pods import FEATURES as FEATURES_POD
 from assets.validation import publish_flights, publish_weather
 from pipelines.partitions import DATA_TIMEZONE, daily_partitions, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
+from resources.lake import Chunks, LakePartitions, LakeTable
 
 if TYPE_CHECKING:
-    from ml.features import FeatureTable
+    from ml.features import FeatureTable, TableStream
 
 FEATURES = "features"
 KINDS = {"pandas", "parquet", "feast"}
@@ -57,14 +59,26 @@ def _published(context: dg.AssetExecutionContext, table: "FeatureTable"):
     return table.frame
 
 
+def _streamed(stream: Callable[[], "TableStream"]) -> Chunks:
+    """A table the lake writes a chunk at a time as `stream` builds it; its counts go into the
+    output's metadata once it is written."""
+    counts: dict[str, int] = {}
+
+    def frames():
+        counts.update((yield from stream()))
+
+    return Chunks(frames, metadata=lambda: counts)
+
+
 def _per_flight(name: str, description: str) -> dg.AssetsDefinition:
-    """A table with one row per published flight of the day, built by `ml.features.<name>`."""
+    """A table with one row per published flight of the day, built by `ml.features.<name>` on
+    each row group of the day."""
 
     @_feature_table(name, description, flights=dg.AssetIn(validated_flights))
-    def _table(context: dg.AssetExecutionContext, flights):
+    def _table(flights: LakeTable) -> Chunks:
         from ml import features
 
-        return _published(context, getattr(features, name)(flights))
+        return _streamed(lambda: features.per_chunk(getattr(features, name), flights.frames()))
 
     return _table
 
@@ -84,11 +98,11 @@ flight_outcomes = _per_flight(
     "Per origin airport and hour: the observed weather, with units in the names.",
     weather=dg.AssetIn(validated_weather),
 )
-def weather_features(context: dg.AssetExecutionContext, weather):
+def weather_features(context: dg.AssetExecutionContext, weather: LakeTable) -> Chunks:
     from ml import features
 
     day = partition_day(context.partition_key)
-    return _published(context, features.weather_features(weather, [day]))
+    return _streamed(lambda: features.weather_features(weather.frames(), [day]))
 
 
 @_feature_table(
@@ -97,10 +111,10 @@ def weather_features(context: dg.AssetExecutionContext, weather):
     flights=dg.AssetIn(validated_flights),
     planes=dg.AssetIn(planes.key),
 )
-def aircraft_features(context: dg.AssetExecutionContext, flights, planes):
+def aircraft_features(flights: LakeTable, planes) -> Chunks:
     from ml import features
 
-    return _published(context, features.aircraft_features(flights, planes))
+    return _streamed(lambda: features.aircraft_features(flights.frames(), planes))
 
 
 def _delay_history(name: str, keys: tuple[str, ...], description: str) -> dg.AssetsDefinition:
@@ -110,21 +124,16 @@ def _delay_history(name: str, keys: tuple[str, ...], description: str) -> dg.Ass
         flights=dg.AssetIn(validated_flights, partition_mapping=trailing_days),
         airports=dg.AssetIn(airports.key),
     )
-    def _history(context: dg.AssetExecutionContext, flights, airports):
+    def _history(context: dg.AssetExecutionContext, flights: LakePartitions, airports):
         from ml import features
 
         day = partition_day(context.partition_key)
-        table = features.delay_history(flights, airports, [day], keys)
-        context.add_output_metadata({"history_days_loaded": _days_loaded(flights)})
+        rows = flights.frames(features.HISTORY_INPUT_COLUMNS)
+        table = features.delay_history(rows, airports, [day], keys)
+        context.add_output_metadata({"history_days_loaded": len(flights)})
         return _published(context, table)
 
     return _history
-
-
-def _days_loaded(flights) -> int:
-    if flights.empty:
-        return 0
-    return int(flights[["year", "month", "day"]].drop_duplicates().shape[0])
 
 
 carrier_history = _delay_history(

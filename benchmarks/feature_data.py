@@ -43,10 +43,10 @@ def build(lake: Path) -> dict[str, int]:
     tables = {
         "flight_features": features.flight_features(flights),
         "flight_outcomes": features.flight_outcomes(flights),
-        "weather_features": features.weather_features(weather, YEAR),
-        "aircraft_features": features.aircraft_features(flights, planes),
-        "carrier_history": features.delay_history(flights, airports, YEAR, ["carrier"]),
-        "route_history": features.delay_history(flights, airports, YEAR, ["origin", "dest"]),
+        "weather_features": features.whole(features.weather_features([weather], YEAR)),
+        "aircraft_features": features.whole(features.aircraft_features([flights], planes)),
+        "carrier_history": features.delay_history([flights], airports, YEAR, ["carrier"]),
+        "route_history": features.delay_history([flights], airports, YEAR, ["origin", "dest"]),
     }
     for name, table in tables.items():
         frame = table.frame

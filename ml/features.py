@@ -17,11 +17,18 @@ that arrived. Cancelled and diverted flights have no arrival delay: they are kep
 scored at inference like any other scheduled flight, and they do count in the history features
 (`cancel_rate_*`).
 
+A day may arrive in chunks (the lake hands a large day over a row group at a time), so the
+builders take a day's rows as chunks and never hold more than one: `flight_features` and
+`flight_outcomes` are row-wise and run on each chunk (`per_chunk`); `weather_features` and
+`aircraft_features` yield a table chunk per input chunk; `delay_history` sums each chunk's
+outcomes into per-day counts and computes its small table from those.
+
 This module never imports Dagster or Feast; the assets in `assets/features.py` call it per day.
 """
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,12 +58,48 @@ WEATHER_COLUMNS = {
 """Weather columns as delivered → feature names with their units."""
 
 
+HISTORY_INPUT_COLUMNS = (
+    *("year", "month", "day", "minute", "time_hour"),
+    *("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"),
+    *("carrier", "origin", "dest"),
+)
+"""The flight columns `delay_history` reads: a window of days is read with these only."""
+
+
 @dataclass(frozen=True)
 class FeatureTable:
     """A feature table and the counts a person should see beside it."""
 
     frame: pd.DataFrame
     counts: dict[str, int]
+
+
+TableStream = Generator[pd.DataFrame, None, dict[str, int]]
+"""A feature table built a chunk of input at a time: it yields the table's chunks (each sorted
+within itself) and returns the table's counts once the last is out."""
+
+
+def per_chunk(
+    build: Callable[[pd.DataFrame], FeatureTable], chunks: Iterable[pd.DataFrame]
+) -> TableStream:
+    """A row-wise table (`flight_features`, `flight_outcomes`) built on each chunk in turn; the
+    counts of the chunks add up to the day's."""
+    counts: Counter[str] = Counter()
+    for chunk in chunks:
+        table = build(chunk)
+        counts.update(table.counts)
+        yield table.frame
+    return dict(counts)
+
+
+def whole(stream: TableStream) -> FeatureTable:
+    """A streamed table gathered into one frame (for tables that fit in memory, and tests)."""
+    frames = []
+    while True:
+        try:
+            frames.append(next(stream))
+        except StopIteration as done:
+            return FeatureTable(pd.concat(frames, ignore_index=True), done.value)
 
 
 def day_start(day: dt.date) -> pd.Timestamp:
@@ -147,57 +190,81 @@ def flight_outcomes(flights: pd.DataFrame) -> FeatureTable:
     return FeatureTable(_ordered(frame, ["flight_id"]), counts)
 
 
-def weather_features(weather: pd.DataFrame, days: Iterable[dt.date]) -> FeatureTable:
+def weather_features(chunks: Iterable[pd.DataFrame], days: Iterable[dt.date]) -> TableStream:
     """Per origin airport and hour: the observation, with units in the names.
 
     `missing_hours` counts the airport-hours of `days` with no observation: an event in such an
     hour gets the previous observation, or nulls once it is older than the view's TTL."""
-    frame = weather.rename(columns=WEATHER_COLUMNS).rename(columns={"time_hour": EVENT_TIMESTAMP})
-    frame = frame[["origin", EVENT_TIMESTAMP, *WEATHER_COLUMNS.values()]].astype(
-        {"origin": "string", **dict.fromkeys(WEATHER_COLUMNS.values(), "float64")}
-    )
+    observed: set[tuple[str, pd.Timestamp]] = set()  # at most airports x hours, whatever the rows
+    airports: set[str] = set()
+    rows = 0
+    for chunk in chunks:
+        frame = chunk.rename(columns=WEATHER_COLUMNS).rename(columns={"time_hour": EVENT_TIMESTAMP})
+        frame = frame[["origin", EVENT_TIMESTAMP, *WEATHER_COLUMNS.values()]].astype(
+            {"origin": "string", **dict.fromkeys(WEATHER_COLUMNS.values(), "float64")}
+        )
+        observed.update(zip(frame["origin"], frame[EVENT_TIMESTAMP], strict=True))
+        airports.update(frame["origin"].dropna())
+        rows += len(frame)
+        yield _ordered(frame, ["origin"])
     hours = sum(
         int((day_start(day + dt.timedelta(days=1)) - day_start(day)) / pd.Timedelta(hours=1))
         for day in days
     )
-    airports = max(frame["origin"].nunique(), 1)
-    observed = frame.drop_duplicates(["origin", EVENT_TIMESTAMP])
-    counts = {"observations": len(frame), "missing_hours": max(hours * airports - len(observed), 0)}
-    return FeatureTable(_ordered(frame, ["origin"]), counts)
+    missing = max(hours * max(len(airports), 1) - len(observed), 0)
+    return {"observations": rows, "missing_hours": missing}
 
 
-def aircraft_features(flights: pd.DataFrame, planes: pd.DataFrame) -> FeatureTable:
+def aircraft_features(chunks: Iterable[pd.DataFrame], planes: pd.DataFrame) -> TableStream:
     """Per tail number and day it flies: the aircraft's registration data and its age that day.
 
-    Tail numbers missing from `planes` get no row (their features are null when joined) and are
-    counted in `unknown_tailnums`; flights without a tail number are counted too."""
-    flying = pd.DataFrame(
-        {"tailnum": flights["tailnum"].astype("string"), "day": departure_day(flights)}
-    )
-    no_tail = int(flying["tailnum"].isna().sum())
-    flying = flying.dropna(subset=["tailnum"]).drop_duplicates()
+    A tail number's row comes from the first chunk it flies in. Tail numbers missing from
+    `planes` get no row (their features are null when joined) and are counted in
+    `unknown_tailnums`; flights without a tail number are counted too."""
     registry = planes.drop_duplicates("tailnum").astype({"tailnum": "string"})
-    joined = flying.merge(registry, on="tailnum", how="left", indicator=True)
-    known = joined[joined["_merge"] == "both"]
-    days = known["day"]
-    frame = pd.DataFrame(
-        {
-            "tailnum": known["tailnum"],
-            EVENT_TIMESTAMP: days.dt.tz_localize(DATA_TIMEZONE).dt.tz_convert("UTC"),
-            "aircraft_age_years": (days.dt.year - known["year"]).astype("float64"),
-            "seats": known["seats"].astype("float64"),
-            "engines": known["engines"].astype("float64"),
-            "aircraft_type": known["type"].astype("string"),
-            "engine_type": known["engine"].astype("string"),
-        }
-    )
-    unknown = joined.loc[joined["_merge"] == "left_only", "tailnum"].nunique()
-    counts = {"aircraft": len(frame), "unknown_tailnums": int(unknown), "no_tailnum": no_tail}
-    return FeatureTable(_ordered(frame, ["tailnum"]), counts)
+    seen: dict[Hashable, set[str]] = {}  # per day, the tails given a row (or found unknown)
+    unknown: set[str] = set()
+    counts = {"aircraft": 0, "unknown_tailnums": 0, "no_tailnum": 0}
+    for chunk in chunks:
+        flying = pd.DataFrame(
+            {"tailnum": chunk["tailnum"].astype("string"), "day": departure_day(chunk)}
+        )
+        counts["no_tailnum"] += int(flying["tailnum"].isna().sum())
+        flying = _first_seen(flying.dropna(subset=["tailnum"]).drop_duplicates(), seen)
+        joined = flying.merge(registry, on="tailnum", how="left", indicator=True)
+        known = joined[joined["_merge"] == "both"]
+        days = known["day"]
+        frame = pd.DataFrame(
+            {
+                "tailnum": known["tailnum"],
+                EVENT_TIMESTAMP: days.dt.tz_localize(DATA_TIMEZONE).dt.tz_convert("UTC"),
+                "aircraft_age_years": (days.dt.year - known["year"]).astype("float64"),
+                "seats": known["seats"].astype("float64"),
+                "engines": known["engines"].astype("float64"),
+                "aircraft_type": known["type"].astype("string"),
+                "engine_type": known["engine"].astype("string"),
+            }
+        )
+        unknown.update(joined.loc[joined["_merge"] == "left_only", "tailnum"])
+        counts["aircraft"] += len(frame)
+        yield _ordered(frame, ["tailnum"])
+    counts["unknown_tailnums"] = len(unknown)
+    return counts
+
+
+def _first_seen(flying: pd.DataFrame, seen: dict[Hashable, set[str]]) -> pd.DataFrame:
+    """The (tailnum, day) pairs not in `seen`, which they are added to."""
+    new = np.ones(len(flying), dtype=bool)
+    tailnums = flying["tailnum"].to_numpy()
+    for day, index in flying.groupby("day").indices.items():
+        tails = seen.setdefault(day, set())
+        new[index] = [tail not in tails for tail in tailnums[index]]
+        tails.update(tailnums[index])
+    return flying[new]
 
 
 def delay_history(
-    flights: pd.DataFrame,
+    flights: Iterable[pd.DataFrame],
     airports: pd.DataFrame,
     days: Iterable[dt.date],
     keys: Sequence[str],
@@ -207,23 +274,22 @@ def delay_history(
 
     A day's row is stamped at its local midnight and counts only flights known by then (module
     docstring); `flights` must hold every flight of the `max(windows_days)` days before each
-    day. Per window `w`: `flights_{w}d` (outcomes known), `arrivals_{w}d`, `delay_rate_{w}d`
-    (arrivals at least 15 minutes late ÷ arrivals), `mean_arr_delay_{w}d` (minutes) and
-    `cancel_rate_{w}d`; rates are null where the window has no flight."""
-    if flights.empty:  # e.g. the first day of the data: no history yet
-        return FeatureTable(
-            _empty_history(keys, windows_days), {"rows": 0, "late_known_unknown_tz": 0}
-        )
-    known = _known_outcomes(flights, airports)
+    day, in chunks of any size (`HISTORY_INPUT_COLUMNS` suffice). Per window `w`: `flights_{w}d`
+    (outcomes known), `arrivals_{w}d`, `delay_rate_{w}d` (arrivals at least 15 minutes late ÷
+    arrivals), `mean_arr_delay_{w}d` (minutes) and `cancel_rate_{w}d`; rates are null where the
+    window has no flight."""
+    totals, tz_unknown = _outcome_totals(flights, airports, keys)
     rows = []
     longest = max(windows_days)
     for day in sorted(set(days)):
         midnight = pd.Timestamp(day)
-        window = known[
-            (known["dep_day"] >= midnight - pd.Timedelta(days=longest))
-            & (known["dep_day"] < midnight)
-            & (known["known_from"] <= midnight)
+        window = totals[
+            (totals["dep_day"] >= midnight - pd.Timedelta(days=longest))
+            & (totals["dep_day"] < midnight)
+            & (totals["known_from"] <= midnight)
         ]
+        if window.empty:
+            continue
         stats = [
             _window_stats(window[window["dep_day"] >= midnight - pd.Timedelta(days=w)], keys, w)
             for w in windows_days
@@ -232,17 +298,43 @@ def delay_history(
         table.insert(len(keys), EVENT_TIMESTAMP, day_start(day))
         rows.append(table)
     frame = pd.concat(rows, ignore_index=True) if rows else _empty_history(keys, windows_days)
-    # A day without history inserts its stamp into an empty table, which pandas types as object.
     frame[EVENT_TIMESTAMP] = pd.to_datetime(frame[EVENT_TIMESTAMP], utc=True)
     for w in windows_days:
         for count in (f"flights_{w}d", f"arrivals_{w}d"):
             frame[count] = frame[count].fillna(0).astype("int64")
     frame = frame.astype(dict.fromkeys(keys, "string"))
-    counts = {
-        "rows": len(frame),
-        "late_known_unknown_tz": int(known["tz_unknown"].sum()),
-    }
+    counts = {"rows": len(frame), "late_known_unknown_tz": tz_unknown}
     return FeatureTable(_ordered(frame, list(keys)), counts)
+
+
+_TOTALS = ("flights", "arrived", "delayed", "cancelled", "arr_delay_sum", "arr_delays")
+
+
+def _outcome_totals(
+    flights: Iterable[pd.DataFrame], airports: pd.DataFrame, keys: Sequence[str]
+) -> tuple[pd.DataFrame, int]:
+    """Per key, departure day and day from which the outcome is known: how many flights,
+    arrivals, delays and cancellations, and the arrival delays' sum and count (sums of the
+    chunks' sums: a window's rates and mean come from them); and how many arrivals landed at an
+    unknown instant. The table has a row per key and day, however many flights the days held."""
+    groups = [*keys, "dep_day", "known_from"]
+    parts, tz_unknown = [], 0
+    for chunk in flights:
+        if chunk.empty:
+            continue
+        known = _known_outcomes(chunk, airports)
+        tz_unknown += int(known["tz_unknown"].sum())
+        parts.append(
+            known.assign(flights=1, arr_delays=known["arr_delay"].notna())
+            .rename(columns={"arr_delay": "arr_delay_sum"})
+            .groupby(groups, observed=True)[list(_TOTALS)]
+            .sum()
+        )
+    if not parts:
+        empty = pd.DataFrame(columns=[*groups, *_TOTALS])
+        return empty.astype(dict.fromkeys(["dep_day", "known_from"], "datetime64[ns]")), 0
+    totals = pd.concat(parts).groupby(level=groups, observed=True).sum()
+    return totals.reset_index(), tz_unknown
 
 
 def _known_outcomes(flights: pd.DataFrame, airports: pd.DataFrame) -> pd.DataFrame:
@@ -295,16 +387,16 @@ def _arrival_instant(flights: pd.DataFrame, airports: pd.DataFrame) -> pd.Series
 
 
 def _window_stats(window: pd.DataFrame, keys: Sequence[str], days: int) -> pd.DataFrame:
-    grouped = window.groupby(list(keys), observed=True)
-    flights = grouped.size()
-    arrivals = grouped["arrived"].sum()
+    totals = window.groupby(list(keys), observed=True)[list(_TOTALS)].sum()
+    flights, arrivals = totals["flights"], totals["arrived"]
     return pd.DataFrame(
         {
             f"flights_{days}d": flights,
             f"arrivals_{days}d": arrivals,
-            f"delay_rate_{days}d": grouped["delayed"].sum() / arrivals.where(arrivals > 0),
-            f"mean_arr_delay_{days}d": grouped["arr_delay"].mean(),
-            f"cancel_rate_{days}d": grouped["cancelled"].sum() / flights,
+            f"delay_rate_{days}d": totals["delayed"] / arrivals.where(arrivals > 0),
+            f"mean_arr_delay_{days}d": totals["arr_delay_sum"]
+            / totals["arr_delays"].where(totals["arr_delays"] > 0),
+            f"cancel_rate_{days}d": totals["cancelled"] / flights,
         }
     ).astype("float64")
 

@@ -8,7 +8,8 @@ the version, so nothing downstream turns stale for no reason.
 
 A table too large to hold whole travels in chunks: an asset returns `Chunks`, written as one
 Parquet row group per chunk with its hash taken chunk by chunk, and a step whose input is
-annotated `LakeTable` gets the file to read a row group at a time instead of its rows.
+annotated `LakeTable` gets the file to read a row group at a time instead of its rows
+(`LakePartitions` for an input of several partitions, such as a trailing window of days).
 
 The root is a folder, or a URL of an fsspec filesystem (through universal-pathlib):
 `file:///srv/lake` is a local folder, written the same way; on an object store
@@ -180,6 +181,24 @@ class LakeTable:
             return pq.read_metadata(source).num_rows
 
 
+@dataclass(frozen=True)
+class LakePartitions:
+    """The files of several partitions of one asset, unread: what a step gets for an input
+    annotated `LakePartitions` (a trailing window of days, say). `tables` holds the partitions
+    the input maps to, in their order; a window reaching before the first partition holds
+    fewer, or none."""
+
+    tables: tuple[LakeTable, ...]
+
+    def frames(self, columns: Sequence[str] | None = None) -> Iterator["pd.DataFrame"]:
+        """Every partition's rows, a row group at a time (see `LakeTable.frames`)."""
+        for table in self.tables:
+            yield from table.frames(columns)
+
+    def __len__(self) -> int:
+        return len(self.tables)
+
+
 def write_parquet_chunks(
     frames: Iterable["pd.DataFrame"], path: LakePath, permissions: int = FILE_MODE
 ) -> tuple[str, int, "pd.Series"]:
@@ -250,13 +269,13 @@ def _not_materialized(
     )
 
 
-def _wants_table(context: dg.InputContext) -> bool:
-    """Whether the step's input is annotated `LakeTable` (an input context built by hand, as in
-    a test, may carry no type)."""
+def _wanted_type(context: dg.InputContext) -> object:
+    """The step's annotation of the input (`LakeTable`, `LakePartitions`, ...); None for an input
+    context built by hand, as in a test, which may carry no type."""
     try:
-        return context.dagster_type.typing_type is LakeTable
+        return context.dagster_type.typing_type
     except dg.DagsterInvariantViolationError:
-        return False
+        return None
 
 
 class ParquetLake(dg.ConfigurableIOManager):
@@ -307,12 +326,17 @@ class ParquetLake(dg.ConfigurableIOManager):
         # it here makes the stored content, not the code version, decide what is stale downstream.
         context.step_context.set_data_version(context.asset_key, dg.DataVersion(digest))
 
-    def load_input(self, context: dg.InputContext) -> "pd.DataFrame | LakeTable":
+    def load_input(self, context: dg.InputContext) -> "pd.DataFrame | LakeTable | LakePartitions":
         import pandas as pd
 
         asset_key = context.asset_key
-        if _wants_table(context):
-            return self._table(context)
+        wanted = _wanted_type(context)
+        if wanted is LakeTable:
+            partition_key = _one_partition(context, "a LakeTable input is one partition")
+            return self._file(asset_key, partition_key)
+        if wanted is LakePartitions:
+            keys = context.asset_partition_keys if context.has_asset_partitions else [None]
+            return LakePartitions(tuple(self._file(asset_key, key) for key in keys))
         if not context.has_asset_partitions:
             return self._read(self.path_for(asset_key, None), asset_key, None)
         frames = [
@@ -325,12 +349,11 @@ class ParquetLake(dg.ConfigurableIOManager):
             return frames[0]
         return pd.concat(frames, ignore_index=True)
 
-    def _table(self, context: dg.InputContext) -> LakeTable:
+    def _file(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakeTable:
         """The file of one asset partition (or of an unpartitioned asset), unread."""
-        partition_key = _one_partition(context, "a LakeTable input is one partition")
-        path = self.path_for(context.asset_key, partition_key)
+        path = self.path_for(asset_key, partition_key)
         if not path.is_file():
-            raise _not_materialized(context.asset_key, partition_key, path)
+            raise _not_materialized(asset_key, partition_key, path)
         return LakeTable(path)
 
     @staticmethod

@@ -65,8 +65,8 @@ def test_the_landing_instant_comes_from_the_local_clock_at_the_destination(airpo
 def test_a_flight_counts_in_the_history_only_from_the_day_after_it_landed(airports):
     on_time = flight()  # lands 23:50 PST = 02:50 EST on Jan 11
     frame = pd.DataFrame([on_time])
-    day_11 = features.delay_history(frame, airports, [dt.date(2013, 1, 11)], ["carrier"])
-    day_12 = features.delay_history(frame, airports, [dt.date(2013, 1, 12)], ["carrier"])
+    day_11 = features.delay_history([frame], airports, [dt.date(2013, 1, 11)], ["carrier"])
+    day_12 = features.delay_history([frame], airports, [dt.date(2013, 1, 12)], ["carrier"])
     assert day_11.frame.empty  # landed after Jan 11 began in New York: unknown at its midnight
     assert day_12.frame["arrivals_7d"].tolist() == [1]
 
@@ -80,7 +80,7 @@ def test_history_rates_count_arrivals_delays_and_cancellations_per_window(airpor
         flight(day=1, flight=4, time_hour=pd.Timestamp("2013-01-02T02:00:00Z"), arr_delay=60.0),
     ]  # fmt: skip
     table = features.delay_history(
-        pd.DataFrame(rows), airports, [dt.date(2013, 1, 11)], ["carrier"]
+        [pd.DataFrame(rows)], airports, [dt.date(2013, 1, 11)], ["carrier"]
     )
     got = table.frame.iloc[0]
     assert got["event_timestamp"] == pd.Timestamp("2013-01-11T05:00:00Z")  # local midnight
@@ -93,7 +93,7 @@ def test_history_rates_count_arrivals_delays_and_cancellations_per_window(airpor
 def test_no_outcome_unknown_at_midnight_changes_that_days_history(month, airports):
     day = dt.date(2013, 2, 20)
     midnight = features.day_start(day)
-    before = features.delay_history(month, airports, [day], ["origin", "dest"]).frame
+    before = features.delay_history([month], airports, [day], ["origin", "dest"]).frame
     # Independent of how the module finds landing instants: departure plus airborne time is a
     # lower bound of the landing, so these flights were certainly not down by midnight.
     departed = features.scheduled_departure(month) + pd.to_timedelta(month["dep_delay"], "min")
@@ -103,7 +103,7 @@ def test_no_outcome_unknown_at_midnight_changes_that_days_history(month, airport
     tampered = month.copy()
     tampered.loc[unknown, "arr_delay"] = 999.0
     tampered.loc[unknown & (airborne_end.isna()), "dep_time"] = np.nan
-    after = features.delay_history(tampered, airports, [day], ["origin", "dest"]).frame
+    after = features.delay_history([tampered], airports, [day], ["origin", "dest"]).frame
     pd.testing.assert_frame_equal(before, after)
 
 
@@ -143,7 +143,7 @@ def test_unknown_tail_numbers_get_no_aircraft_row_and_are_counted():
     rows = pd.DataFrame(
         [flight(), flight(flight=2, tailnum="N404"), flight(flight=3, tailnum=None)]
     )
-    table = features.aircraft_features(rows, planes)
+    table = features.whole(features.aircraft_features([rows], planes))
     assert table.frame["tailnum"].tolist() == ["N1"]
     assert table.frame["aircraft_age_years"].tolist() == [13.0]
     assert table.frame["event_timestamp"].tolist() == [pd.Timestamp("2013-01-10T05:00:00Z")]
@@ -154,8 +154,10 @@ def test_missing_weather_hours_are_counted_on_dst_days_too():
     source = BundledFlightsSource()
     dst_day = dt.date(2013, 3, 10)  # 23 hours in New York
     weather = source.read_day("weather", dst_day, timestamp_columns=["time_hour"]).frame
-    assert features.weather_features(weather, [dst_day]).counts["missing_hours"] == 0
-    table = features.weather_features(weather.iloc[1:], [dst_day])
+    assert (
+        features.whole(features.weather_features([weather], [dst_day])).counts["missing_hours"] == 0
+    )
+    table = features.whole(features.weather_features([weather.iloc[1:]], [dst_day]))
     assert table.counts["missing_hours"] == 1
     assert "temp_f" in table.frame.columns and "temp" not in table.frame.columns
 
@@ -175,7 +177,7 @@ def test_calendar_features_use_local_time_and_federal_holidays():
 
 
 def test_an_empty_history_window_gives_an_empty_table_with_the_schema(airports):
-    table = features.delay_history(pd.DataFrame(), airports, [dt.date(2013, 1, 1)], ["carrier"])
+    table = features.delay_history([], airports, [dt.date(2013, 1, 1)], ["carrier"])
     assert table.frame.empty
     assert {"carrier", "event_timestamp", "delay_rate_28d"} <= set(table.frame.columns)
 
@@ -184,3 +186,56 @@ def test_same_input_gives_identical_tables(month):
     first = features.flight_features(month).frame
     second = features.flight_features(month.sample(frac=1.0, random_state=1)).frame
     pd.testing.assert_frame_equal(first, second)
+
+
+def chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
+    """`frame` cut as the lake hands a large day over: pieces of `rows`, each indexed from 0."""
+    return [
+        frame.iloc[start : start + rows].reset_index(drop=True)
+        for start in range(0, len(frame), rows)
+    ]
+
+
+def test_the_history_of_a_day_in_chunks_equals_the_history_of_the_whole_day(month, airports):
+    days = DAYS[20:24]
+    for keys in (["carrier"], ["origin", "dest"]):
+        whole = features.delay_history([month], airports, days, keys)
+        columns = list(features.HISTORY_INPUT_COLUMNS)
+        pieces = features.delay_history(chunks(month[columns], 997), airports, days, keys)
+        assert len(whole.frame) >= 60
+        pd.testing.assert_frame_equal(pieces.frame, whole.frame, check_exact=True)
+        assert pieces.counts == whole.counts
+
+
+def test_a_tail_number_flying_in_several_chunks_gets_one_aircraft_row(month):
+    planes = BundledFlightsSource().read_table("planes").frame
+    day = month[(month["month"] == 2) & (month["day"] == 5)]
+    whole = features.whole(features.aircraft_features([day], planes))
+    pieces = features.whole(features.aircraft_features(chunks(day, 101), planes))
+    assert not pieces.frame.duplicated(["tailnum", "event_timestamp"]).any()
+    by_tail = ["tailnum", "event_timestamp"]
+    pd.testing.assert_frame_equal(
+        pieces.frame.sort_values(by_tail, ignore_index=True),
+        whole.frame.sort_values(by_tail, ignore_index=True),
+    )
+    assert pieces.counts == whole.counts and whole.counts["unknown_tailnums"] > 0
+
+
+def test_weather_in_chunks_counts_the_same_missing_hours():
+    dst_day = dt.date(2013, 3, 10)
+    weather = BundledFlightsSource().read_day("weather", dst_day, timestamp_columns=["time_hour"])
+    rows = weather.frame.drop(index=[5, 40]).reset_index(drop=True)
+    whole = features.whole(features.weather_features([rows], [dst_day]))
+    pieces = features.whole(features.weather_features(chunks(rows, 7), [dst_day]))
+    assert whole.counts == pieces.counts == {"observations": len(rows), "missing_hours": 2}
+
+
+def test_row_wise_tables_add_up_their_counts_over_chunks(month):
+    whole = features.flight_outcomes(month)
+    pieces = features.whole(features.per_chunk(features.flight_outcomes, chunks(month, 5000)))
+    assert pieces.counts == whole.counts
+    assert len(pieces.frame) == len(month)
+    pd.testing.assert_frame_equal(
+        pieces.frame.sort_values("flight_id", ignore_index=True),
+        whole.frame.sort_values("flight_id", ignore_index=True),
+    )

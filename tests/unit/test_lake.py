@@ -13,6 +13,7 @@ from resources.lake import (
     Chunks,
     JsonDocuments,
     LakeFiles,
+    LakePartitions,
     LakePathError,
     LakePaths,
     LakeTable,
@@ -464,3 +465,47 @@ def test_the_io_manager_writes_chunks_and_hands_a_lake_table_to_an_annotated_inp
     assert metadata["pieces"].value == 3
     assert metadata["content_hash"].value == content_hash(whole)
     pd.testing.assert_frame_equal(pd.read_parquet(lake.path_for(reader.key, None)), whole)
+
+
+@pytest.mark.filterwarnings("ignore:.*allow_nonexistent_upstream_partitions")
+def test_a_window_of_partitions_is_handed_over_as_their_files_to_read_in_chunks(tmp_path: Path):
+    days = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_date="2013-01-05")
+
+    @dg.asset(partitions_def=days)
+    def daily(context: dg.AssetExecutionContext):
+        day = int(context.partition_key[-2:])
+        return Chunks(lambda: iter(_pieces(frame(3 * day), 4)))
+
+    seen = {}
+
+    @dg.asset(
+        partitions_def=days,
+        ins={
+            "daily": dg.AssetIn(
+                partition_mapping=dg.TimeWindowPartitionMapping(
+                    start_offset=-2, end_offset=-1, allow_nonexistent_upstream_partitions=True
+                )
+            )
+        },
+    )
+    def window(daily: LakePartitions):
+        seen[len(daily)] = [len(f) for f in daily.frames(["id"])]
+        return frame(1)
+
+    lake = ParquetLake(root=str(tmp_path))
+    resources = {"io_manager": lake}
+    for day in ("2013-01-01", "2013-01-02"):
+        assert dg.materialize([daily], partition_key=day, resources=resources).success
+    for day in ("2013-01-01", "2013-01-02", "2013-01-03"):
+        assert dg.materialize([daily, window], selection=[window], partition_key=day,
+                              resources=resources).success  # fmt: skip
+
+    # The 1st has no day before it, the 2nd one (3 rows), the 3rd two (3 and 6 rows, 4 a group).
+    assert seen == {0: [], 1: [3], 2: [3, 4, 2]}
+    missing = dg.materialize(
+        [daily, window], selection=[window], partition_key="2013-01-04", resources=resources,
+        raise_on_error=False,
+    )  # fmt: skip
+    assert not missing.success
+    failure = missing.get_step_failure_events()[0].event_specific_data.error
+    assert "daily partition 2013-01-03 has not been materialized" in str(failure)

@@ -1,0 +1,84 @@
+"""A day read in chunks, from the drop to its feature tables and the history that follows it:
+the same rows and counts as the day read whole, a row group at a time all the way."""
+
+import dagster as dg
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from assets import features, ingestion, validation
+from resources.sources import DropFolderSource
+from tests.conftest import DAILY, GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+
+pytestmark = pytest.mark.integration
+
+DAY_BEFORE, DAY_AFTER = "2013-01-01", "2013-01-03"
+SMALL_CHUNKS_MIB = 8 / 1024
+"""8 KiB of CSV at a time: a real day of 943 flights in about a dozen chunks."""
+DAY_TABLES = {
+    "flight_features": ["flight_id"],
+    "flight_outcomes": ["flight_id"],
+    "aircraft_features": ["tailnum"],
+    "weather_features": ["origin", "event_timestamp"],
+}
+HISTORIES = ("carrier_history", "route_history")
+
+
+def materialize(lifecycle: Lifecycle, selection: dg.AssetSelection, partition: str):
+    result = dg.materialize(
+        [
+            *dg.load_assets_from_modules([ingestion, validation]),
+            *dg.load_asset_checks_from_modules([validation]),
+            *features.FEATURE_TABLES,
+        ],
+        partition_key=partition,
+        selection=selection,
+        instance=lifecycle.instance,
+        resources=lifecycle.resources,
+    )
+    counts = {
+        event.asset_key.to_user_string(): {
+            name: value.value
+            for name, value in event.materialization.metadata.items()
+            if isinstance(value.value, int) and not name.startswith("dagster/")
+        }
+        for event in result.get_asset_materialization_events()
+    }
+    return counts
+
+
+def by_key(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return frame.sort_values(keys, ignore_index=True)
+
+
+def test_a_day_in_chunks_gives_the_feature_tables_and_history_of_the_day_read_whole(
+    lifecycle: Lifecycle, drops
+):
+    for table in ("flights", "weather"):
+        write_csv_drop(drops, table, DAY_BEFORE, bundled_day(table, DAY_BEFORE))
+    lifecycle.load_dimensions()
+    day_tables = dg.AssetSelection.assets(*DAY_TABLES)
+    histories = dg.AssetSelection.assets(*HISTORIES)
+    for day in (DAY_BEFORE, GOOD_DAY):
+        materialize(lifecycle, DAILY | day_tables, day)
+    counts = materialize(lifecycle, day_tables, GOOD_DAY)
+    counts |= materialize(lifecycle, histories, DAY_AFTER)
+    whole = {t: lifecycle.read(t) for t in DAY_TABLES} | {
+        t: lifecycle.read(t, DAY_AFTER) for t in HISTORIES
+    }
+
+    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+    chunked_counts = materialize(lifecycle, DAILY | day_tables, GOOD_DAY)
+    chunked_counts |= materialize(lifecycle, histories, DAY_AFTER)
+
+    for table in ("validated_flights", "flight_features", "aircraft_features"):
+        assert pq.ParquetFile(lifecycle.path(table)).metadata.num_row_groups > 10, table
+    for table, keys in DAY_TABLES.items():
+        chunked = lifecycle.read(table)
+        pd.testing.assert_frame_equal(by_key(chunked, keys), by_key(whole[table], keys))
+        assert chunked_counts[table] == counts[table], table
+    for table in HISTORIES:  # the day after reads the chunked day in its 28-day window
+        pd.testing.assert_frame_equal(lifecycle.read(table, DAY_AFTER), whole[table])
+        assert chunked_counts[table] == counts[table] == {**counts[table], "history_days_loaded": 2}
+    assert counts["flight_outcomes"]["flights"] == 943
+    assert counts["aircraft_features"]["unknown_tailnums"] > 0
