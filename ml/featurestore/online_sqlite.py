@@ -24,7 +24,7 @@ Bool, String; Int64/32 or String join keys) take the Arrow path; any other view,
 """
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -130,26 +130,30 @@ class BulkSqliteOnlineStore(SqliteOnlineStore):
             for name, value in values.items():
                 text, _ = extract_text_and_num(value, False)
                 rows.append((key, name, value.SerializeToString(), text, event, created))
-        self.write_rows(config, table, rows)
+        self.write_rows(config, table, [rows])
         if progress:
             progress(len(data))
 
-    def write_rows(self, config: RepoConfig, table: FeatureView, rows: list[Row]) -> None:
-        """Upsert prepared rows into the view's table in one transaction."""
+    def write_rows(
+        self, config: RepoConfig, table: FeatureView, batches: Iterable[list[Row]]
+    ) -> None:
+        """Upsert prepared rows into the view's table in one transaction, a batch at a time (a
+        generator's next batch is prepared once the one before is written)."""
         registry = config.registry
         assert registry is not None  # RepoConfig always builds one
         name = _quote_id(
             _table_id(config.project, table, registry.enable_online_feature_view_versioning)
         )
         conn = self._get_conn(config)
+        upsert = (
+            f"INSERT INTO {name} (entity_key, feature_name, value, value_text, event_ts,"
+            " created_ts) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(entity_key, feature_name)"
+            " DO UPDATE SET value = excluded.value, value_text = excluded.value_text,"
+            " event_ts = excluded.event_ts, created_ts = excluded.created_ts"
+        )
         with conn:
-            conn.executemany(
-                f"INSERT INTO {name} (entity_key, feature_name, value, value_text, event_ts,"
-                " created_ts) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(entity_key, feature_name)"
-                " DO UPDATE SET value = excluded.value, value_text = excluded.value_text,"
-                " event_ts = excluded.event_ts, created_ts = excluded.created_ts",
-                rows,
-            )
+            for rows in batches:
+                conn.executemany(upsert, rows)
 
 
 def plain_rows(config: RepoConfig) -> bool:
@@ -289,9 +293,10 @@ class BulkSqliteOutputNode(LocalOutputNode):
             and arrow_applies(config, view, table.schema, join_keys)
         ):
             return super().execute(context)
+        # Encoded rows take many times the Arrow batch: `online_write_batch_size` bounds them.
         size = config.materialization_config.online_write_batch_size
-        for batch in [table] if size is None else table.to_batches(max_chunksize=size):
-            store.write_rows(config, view, arrow_rows(batch, view, join_keys))
+        batches = [table] if size is None else table.to_batches(max_chunksize=size)
+        store.write_rows(config, view, (arrow_rows(b, view, join_keys) for b in batches))
         if view.offline:
             context.offline_store.offline_write_batch(
                 config=config, feature_view=view, table=table, progress=lambda _: None

@@ -37,6 +37,8 @@ class Repos:
     stations: pd.DataFrame
     routes: pd.DataFrame
     arrow_batches: int  # batches the bulk engine encoded from Arrow on its first materialize
+    batched: Any  # the bulk engine with `online_write_batch_size` set
+    batched_arrow_batches: int
 
 
 def station_table(seed: int) -> pa.Table:
@@ -134,10 +136,10 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repos]:
         ),
     ]
 
-    def store(name: str, online_type: str, engine: str) -> Any:
+    def store(name: str, online_type: str, engine: str, batch_rows: int | None = None) -> Any:
         folder = root / name
         folder.mkdir()
-        feature_store = FeatureStore(config=repo_config(folder, online_type, engine))
+        feature_store = FeatureStore(config=repo_config(folder, online_type, engine, batch_rows))
         feature_store.apply([station, carrier, flight, *views])
         return feature_store
 
@@ -146,19 +148,25 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repos]:
     stock.materialize(START.to_pydatetime(), END.to_pydatetime())
     with mock.patch.object(online_sqlite, "arrow_rows", wraps=online_sqlite.arrow_rows) as spy:
         bulk.materialize(START.to_pydatetime(), END.to_pydatetime())
+    batched = store("batched", online_sqlite.STORE_TYPE, online_sqlite.ENGINE_TYPE, batch_rows=4)
+    with mock.patch.object(online_sqlite, "arrow_rows", wraps=online_sqlite.arrow_rows) as batches:
+        batched.materialize(START.to_pydatetime(), END.to_pydatetime())
     yield Repos(
         stock,
         bulk,
         sources["stations"].to_pandas(),
         sources["routes"].to_pandas(),
         spy.call_count,
+        batched,
+        batches.call_count,
     )
 
 
-def repo_config(folder: Path, online_type: str, engine: str) -> Any:
+def repo_config(folder: Path, online_type: str, engine: str, batch_rows: int | None = None) -> Any:
     from feast import RepoConfig
 
     return RepoConfig(
+        materialization={"online_write_batch_size": batch_rows},
         project="p5",
         provider="local",
         registry=str(folder / "registry.db"),
@@ -192,6 +200,12 @@ def online(store: Any, view: str, features: list[str], rows: list[dict]) -> dict
 
 def test_the_bulk_engine_encodes_from_arrow_instead_of_falling_back(repos: Repos):
     assert repos.arrow_batches == 2  # one per view: the comparisons below test the Arrow path
+
+
+@pytest.mark.parametrize("view", ["stations", "routes"])
+def test_a_range_written_in_batches_holds_the_bytes_of_one_written_whole(repos: Repos, view: str):
+    assert repos.batched_arrow_batches > 4  # online_write_batch_size=4: several per view
+    assert table_rows(repos.batched, view) == table_rows(repos.stock, view)
 
 
 @pytest.mark.parametrize("view", ["stations", "routes"])
