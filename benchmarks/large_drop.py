@@ -1,6 +1,6 @@
 """The memory bound of one large drop: peak RSS of ingesting, validating (the blocking GX check)
-and publishing one flights day from a drop folder, at 1x, 10x, 100x and 1000x a normal day's
-rows.
+and publishing one flights day from a drop folder, of building its feature tables, and of
+materializing it into the online store, at 1x, 10x, 100x and 1000x a normal day's rows.
 
     .venv/bin/python -m benchmarks.large_drop                     # the table (5 runs per scale)
     .venv/bin/python -m benchmarks.large_drop --scales 1 10 --repeats 3
@@ -12,11 +12,16 @@ numbered anew within each carrier and scheduled time, so natural keys stay uniqu
 validates as the real one does. The drop is a CSV file, as `tests/conftest.py` writes them
 (timestamps in ISO-8601 with a `Z`), beside the dimension tables.
 
-Each measure is a fresh process (`benchmarks.harness.measure`) that loads the dimension tables
-into a temporary lake and Dagster home, notes its peak RSS (the floor: Python, Dagster, GX, pandas
+Each measure is a fresh process (`benchmarks.harness.measure`) that loads the dimension tables,
+publishes the real day before (PREVIOUS_DAY, for the history) and both days' weather into a
+temporary lake and Dagster home, notes its peak RSS (the floor: Python, Dagster, GX, pandas
 imported and warmed), then materializes `raw_flights`, the `flights_contract` check and
 `publish_flights` (`validated_flights`, `quarantined_flights`) in process, as `make run` does
-(in_process executor, GX Data Docs built), and reports its peak RSS (VmHWM) after.
+(in_process executor, GX Data Docs built), and notes its peak RSS (VmHWM). Each later stage
+starts by setting the high-water mark back to the RSS of the moment, and its peak is noted:
+the features (the day's `flight_features`, `flight_outcomes` and `aircraft_features`, and the
+delay histories of the day after, whose 28-day window holds the large day), then the online
+store (`feature_registry` applied, which imports Feast, then the day's `online_features`).
 """
 
 import argparse
@@ -33,6 +38,11 @@ from pathlib import Path
 from benchmarks.harness import REPEATS, measure
 
 DAY = "2013-01-02"
+PREVIOUS_DAY = "2013-01-01"
+NEXT_DAY = "2013-01-03"
+FEATURES = ("flight_features", "flight_outcomes", "aircraft_features")
+WEATHER = ("raw_weather", "validated_weather", "quarantined_weather", "weather_features")
+HISTORIES = ("carrier_history", "route_history")
 SCALES = (1, 10, 100, 1000)
 RESULTS = Path(__file__).parent / "results" / "large_drop.json"
 
@@ -72,29 +82,48 @@ def _base36(k: int) -> str:
 
 
 def write_drops(root: Path, copies: int) -> Path:
-    """A drop folder: the dimension tables and DAY's flights `copies` times, as CSV."""
+    """A drop folder: the dimension tables, PREVIOUS_DAY's flights and DAY's flights `copies`
+    times, as CSV."""
     import pandas as pd
 
+    from assets.contracts import FLIGHTS, WEATHER
     from resources.sources import BundledFlightsSource
+
+    source = BundledFlightsSource()
+
+    def real(table: str, day: str) -> pd.DataFrame:
+        contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
+        timestamps = contract.timestamp_columns
+        return source.read_day(
+            table, dt.date.fromisoformat(day), timestamp_columns=timestamps
+        ).frame
 
     root.mkdir(parents=True)
     for table in ("airlines", "airports", "planes"):
-        BundledFlightsSource().read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
-    frame = scaled_day(copies)
-    for column in frame.columns:
-        if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
-            frame[column] = frame[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-    (root / "flights").mkdir()
-    frame.to_csv(root / "flights" / f"{DAY}.csv", index=False)
+        source.read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
+    drops = {
+        ("flights", PREVIOUS_DAY): real("flights", PREVIOUS_DAY),
+        ("flights", DAY): scaled_day(copies),
+        ("weather", PREVIOUS_DAY): real("weather", PREVIOUS_DAY),
+        ("weather", DAY): real("weather", DAY),
+    }
+    for (table, day), frame in drops.items():
+        for column in frame.columns:
+            if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+                frame[column] = frame[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        (root / table).mkdir(exist_ok=True)
+        frame.to_csv(root / table / f"{day}.csv", index=False)
     return root
 
 
 def run(drops: Path) -> dict:
-    """One measure in this process: the floor, then the day; peak RSS of both in MiB."""
+    """One measure in this process: the floor, the day published, its features, the online
+    store; peak RSS of each in MiB."""
     import dagster as dg
 
-    from assets import ingestion, validation
+    from assets import features, ingestion, validation
     from resources.expectations import GreatExpectations
+    from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
     from resources.lake import ParquetLake
     from resources.sources import DropFolderSource
 
@@ -105,9 +134,13 @@ def run(drops: Path) -> dict:
             "source": DropFolderSource(root=str(drops)),
             "lake": lake,
             "expectations": GreatExpectations(data_docs_dir=str(home / "data_docs")),
+            "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         }
         definitions = [
             *dg.load_assets_from_modules([ingestion, validation]),
+            *features.FEATURE_TABLES,
+            features.feature_registry,
+            features.online_features,
             *dg.load_asset_checks_from_modules([validation]),
         ]
         (home / "dagster_home").mkdir()
@@ -125,11 +158,22 @@ def run(drops: Path) -> dict:
                 assert result.success
                 return time.perf_counter() - began
 
+            published = ("raw_flights", "validated_flights", "quarantined_flights")
             materialize(("airlines", "airports", "planes"), None)
+            materialize(published, PREVIOUS_DAY)
+            for day in (PREVIOUS_DAY, DAY):
+                materialize(WEATHER, day)
             floor = _peak_rss_mib()
-            seconds = materialize(("raw_flights", "validated_flights", "quarantined_flights"), DAY)
+            seconds = materialize(published, DAY)
             peak = _peak_rss_mib()
-            published = lake.path_for(dg.AssetKey("validated_flights"), DAY)
+            _reset_peak_rss()
+            features_seconds = materialize(FEATURES, DAY) + materialize(HISTORIES, NEXT_DAY)
+            features_peak = _peak_rss_mib()
+            _reset_peak_rss()
+            materialize(("feature_registry",), None)
+            online_seconds = materialize(("online_features",), DAY)
+            online_peak = _peak_rss_mib()
+            published_file = lake.path_for(dg.AssetKey("validated_flights"), DAY)
             checks = instance.event_log_storage.get_asset_check_execution_history(
                 dg.AssetCheckKey(dg.AssetKey("raw_flights"), "flights_contract"), limit=1
             )
@@ -138,7 +182,11 @@ def run(drops: Path) -> dict:
                 "floor_rss_mib": floor,
                 "peak_rss_mib": peak,
                 "seconds": seconds,
-                "published_bytes": Path(str(published)).stat().st_size,
+                "published_bytes": Path(str(published_file)).stat().st_size,
+                "features_peak_rss_mib": features_peak,
+                "features_seconds": features_seconds,
+                "online_peak_rss_mib": online_peak,
+                "online_seconds": online_seconds,
             }
 
 
@@ -150,6 +198,12 @@ def _peak_rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024  # kB
     raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
+def _reset_peak_rss() -> None:
+    """Set this process's VmHWM back to its current RSS (Linux: "5" to clear_refs), so the next
+    stage's peak is its own."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def table(scales: list[int], repeats: int) -> list[dict]:
@@ -166,6 +220,9 @@ def table(scales: list[int], repeats: int) -> list[dict]:
             def med(key: str, samples: list[dict] = samples) -> float:
                 return statistics.median(s[key] for s in samples)
 
+            def span(key: str, samples: list[dict] = samples) -> list[float]:
+                return [min(s[key] for s in samples), max(s[key] for s in samples)]
+
             rows.append(
                 {
                     "scale": copies,
@@ -174,11 +231,14 @@ def table(scales: list[int], repeats: int) -> list[dict]:
                     "published_bytes": samples[0]["published_bytes"],
                     "floor_rss_mib": med("floor_rss_mib"),
                     "peak_rss_mib": med("peak_rss_mib"),
-                    "peak_rss_range_mib": [
-                        min(s["peak_rss_mib"] for s in samples),
-                        max(s["peak_rss_mib"] for s in samples),
-                    ],
+                    "peak_rss_range_mib": span("peak_rss_mib"),
                     "seconds": med("seconds"),
+                    "features_peak_rss_mib": med("features_peak_rss_mib"),
+                    "features_peak_rss_range_mib": span("features_peak_rss_mib"),
+                    "features_seconds": med("features_seconds"),
+                    "online_peak_rss_mib": med("online_peak_rss_mib"),
+                    "online_peak_rss_range_mib": span("online_peak_rss_mib"),
+                    "online_seconds": med("online_seconds"),
                     "repeats": repeats,
                 }
             )
@@ -188,19 +248,24 @@ def table(scales: list[int], repeats: int) -> list[dict]:
 def report(rows: list[dict]) -> str:
     lines = [
         f"{'scale':>5} {'rows':>8} {'drop bytes':>12} {'published':>11} {'floor MiB':>9}"
-        f" {'peak MiB':>9} {'day MiB':>8} {'seconds':>8}"
+        f" {'peak MiB':>9} {'day MiB':>8} {'seconds':>8} {'features MiB':>12} {'seconds':>8}"
+        f" {'online MiB':>10} {'seconds':>8}"
     ]
     for r in rows:
         lines.append(
             f"{r['scale']:>4}x {r['rows']:>8,} {r['drop_bytes']:>12,} {r['published_bytes']:>11,}"
             f" {r['floor_rss_mib']:>9.0f} {r['peak_rss_mib']:>9.0f}"
             f" {r['peak_rss_mib'] - r['floor_rss_mib']:>8.0f} {r['seconds']:>8.1f}"
+            f" {r['features_peak_rss_mib']:>12.0f} {r['features_seconds']:>8.1f}"
+            f" {r['online_peak_rss_mib']:>10.0f} {r['online_seconds']:>8.1f}"
         )
     first, last = rows[0], rows[-1]
     if last is not first:
         lines.append(
             f"peak RSS {last['scale']}x ÷ {first['scale']}x:"
-            f" {last['peak_rss_mib'] / first['peak_rss_mib']:.2f}"
+            f" {last['peak_rss_mib'] / first['peak_rss_mib']:.2f}; features"
+            f" {last['features_peak_rss_mib'] / first['features_peak_rss_mib']:.2f}; online"
+            f" {last['online_peak_rss_mib'] / first['online_peak_rss_mib']:.2f}"
         )
     return "\n".join(lines)
 

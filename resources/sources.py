@@ -56,9 +56,11 @@ class SourceError(Exception):
 
 
 DEFAULT_MAX_DROP_MIB = 256
-"""A real day of flights is about 0.1 MiB of CSV. Ingestion and validation read a drop in chunks,
-but the feature tables still load a published day whole, at about 19 times the CSV's size in
-memory (docs/benchmarks.md, the large drop), so a 256 MiB drop keeps a day's run near 5 GiB."""
+"""A real day of flights is about 0.1 MiB of CSV. Ingestion, validation, publishing and the
+feature tables read a drop in chunks, but the online store's materialization holds a view's rows
+of the day as one Arrow table, and scoring and drift a day's keys and scores: a day of 96 MB of
+CSV peaks at 1.2 GiB there (docs/benchmarks.md, the large drop), so a 256 MiB drop keeps a day's
+run near 3 GiB."""
 
 DEFAULT_CHUNK_MIB = 4
 """A chunk of 4 MiB of CSV is about 40,000 flights; reading, validating and publishing one costs
