@@ -42,8 +42,9 @@ INSTANCE_FILE := $(if $(filter prod,$(ML_LIFECYCLE_ENV)),deploy/dagster.yaml,dag
 instance:
 	@install -D -m 644 $(INSTANCE_FILE) $(DAGSTER_HOME)/dagster.yaml
 
+# USE_CASE=ridership runs the second bundled use case instead of the first (flights).
 run: $(ENV_STAMP) instance
-	$(BIN)/python -m pipelines.run
+	$(BIN)/python -m pipelines.run $(if $(USE_CASE),--use-case $(USE_CASE))
 
 # Two test processes: the tests on the shared worlds in one, every other module as a unit of
 # its own (tests/conftest.py), the longest first.

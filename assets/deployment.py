@@ -16,10 +16,11 @@ import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY
-from assets.evaluation import GATE_REPORT, REGISTERED_MODEL, ModelEvaluation, model_evaluation
+from assets.evaluation import GATE_REPORT, ModelEvaluation
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.pods import SMALL
 from assets.training import TrainedRun
+from assets.usecase import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
 from resources.registry import MlflowRegistry, RegistryError
@@ -39,10 +40,15 @@ class OnnxModelConfig(dg.Config):
     """Tolerances of the parity check and the optional int8 variant."""
 
     rtol: float = Field(default=1e-3, description="Relative tolerance, ONNX vs PyTorch (fp32).")
-    atol: float = Field(default=1e-5, description="Absolute tolerance, ONNX vs PyTorch (fp32).")
+    atol: float = Field(
+        default=1e-5,
+        description="Absolute tolerance, ONNX vs PyTorch (fp32): of a probability, or of a"
+        " regression's prediction in standard deviations of its label.",
+    )
     quantize: bool = Field(
         default=False,
-        description="Try int8 dynamic quantization; kept only if faster and accurate enough.",
+        description="Try int8 dynamic quantization (binary classifiers); kept only if faster and"
+        " accurate enough.",
     )
     max_int8_roc_auc_drop: float = Field(
         default=0.002, description="Largest test ROC AUC drop of the int8 model that is kept."
@@ -65,119 +71,145 @@ class OnnxModel:
     """The last day (data timezone) of the training set: drift of days up to it is no news."""
 
 
-@dg.asset(
-    ins={"model_evaluation": dg.AssetIn(model_evaluation.key), "training_set": dg.AssetIn()},
-    group_name=DEPLOYMENT,
-    kinds={"onnx"},
-    code_version="1",
-    io_manager_key="documents",
-    op_tags=EVALUATION_POD,
-    check_specs=[
-        dg.AssetCheckSpec(
-            PARITY,
-            asset="onnx_model",
-            description="onnxruntime matches PyTorch on the whole test split, batch 1, 7, 1024.",
-            blocking=True,
-        )
-    ],
-)
-def onnx_model(
-    context: dg.AssetExecutionContext,
-    config: OnnxModelConfig,
-    model_evaluation: dict,
-    training_set,
-    launcher: TrainingLauncher,
-):
-    """The gated model as one ONNX graph: raw features in (preprocessing inside), P(delay) out."""
-    from ml.export import export, parity
-    from ml.train import load_trained
-
-    evaluation = from_document(ModelEvaluation, model_evaluation)
-    run = from_document(TrainedRun, evaluation.trained)
-    trained = load_trained(Path(run.folder))
-    if trained.weights_sha256 != evaluation.weights_sha256:
-        raise dg.Failure(
-            f"onnx_model: the weights in {run.folder} are not the ones model_evaluation judged"
-            f" ({trained.weights_sha256[:12]} vs {evaluation.weights_sha256[:12]})",
-            allow_retries=False,
-        )
-    manifest = (Path(run.folder) / "manifest.json").read_bytes()
-    exported = export(
-        trained.model,
-        trained.preprocessor,
-        Path(run.folder) / MODEL_FILE,
-        {
-            "model_name": REGISTERED_MODEL,
-            "model_version": "unregistered",
-            "run_manifest_sha256": hashlib.sha256(manifest).hexdigest(),
-            "feature_service": run.feature_service,
-            "label": trained.config.data.label,
-            "threshold": repr(evaluation.threshold),
-            "weights_sha256": trained.weights_sha256,
-            "data_fingerprint": run.data_fingerprint,
-            "dagster_run_id": context.run.run_id,
-        },
-        launcher.file_mode,
-    )
-    split = trained.config.data.split_column
-    test = training_set[training_set[split] == "test"].reset_index(drop=True)
-    report = parity(
-        exported.path, trained.model, trained.preprocessor, test, rtol=config.rtol, atol=config.atol
-    )
-    yield dg.AssetCheckResult(
-        check_name=PARITY,
-        passed=report.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=(
-            f"{report.rows} test rows, batch sizes {list(report.batch_sizes)}: max abs error"
-            f" {report.max_abs_error:.2e}, max rel error {report.max_rel_error:.2e}"
-            f" (rtol {config.rtol:g}, atol {config.atol:g}); {report.mismatched_rows} rows"
-            " beyond tolerance"
-        ),
-        metadata={
-            "max_abs_error": report.max_abs_error,
-            "max_rel_error": report.max_rel_error,
-            "mismatched_rows": report.mismatched_rows,
-        },
-    )
-    served, int8 = exported, {}
-    if config.quantize and report.passed:
-        served, int8 = _quantized(
-            exported, test, trained.config.data.label, config, launcher.file_mode
-        )
-    train = training_set[training_set[split] == "train"]
-    reference = _drift_reference(Path(served.path), train, launcher.file_mode)
-    yield dg.Output(
-        OnnxModel(
-            path=str(served.path),
-            sha256=served.sha256,
-            weights_sha256=trained.weights_sha256,
-            parity=report.as_dict(),
-            quantized=served is not exported,
-            drift_reference=str(reference),
-            data_through=_last_day(training_set),
-        ),
-        metadata={
-            "path": dg.MetadataValue.path(str(served.path)),
-            "sha256": served.sha256,
-            "bytes": Path(served.path).stat().st_size,
-            "opset": served.opset,
-            "parity_passed": report.passed,
-            "max_abs_error": report.max_abs_error,
-            "max_rel_error": report.max_rel_error,
-            "properties": dg.MetadataValue.json(dict(served.properties)),
-            "drift_reference": dg.MetadataValue.path(str(reference)),
-            **int8,
-        },
-    )
+def deployment_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    return [_onnx_model(case), _registered_model(case)]
 
 
-def _last_day(frame: "pd.DataFrame") -> str:
+def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
+    model_name, timezone = case.registered_model, case.timezone
+
+    @dg.asset(
+        key=case.key("onnx_model"),
+        ins={
+            "model_evaluation": dg.AssetIn(case.key("model_evaluation")),
+            "training_set": dg.AssetIn(case.key("training_set")),
+        },
+        group_name=case.group(DEPLOYMENT),
+        kinds={"onnx"},
+        code_version="1",
+        io_manager_key="documents",
+        op_tags=EVALUATION_POD,
+        check_specs=[
+            dg.AssetCheckSpec(
+                PARITY,
+                asset=case.key("onnx_model"),
+                description=(
+                    "onnxruntime matches PyTorch on the whole test split, batch 1, 7, 1024."
+                ),
+                blocking=True,
+            )
+        ],
+    )
+    def onnx_model(
+        context: dg.AssetExecutionContext,
+        config: OnnxModelConfig,
+        model_evaluation: dict,
+        training_set,
+        launcher: TrainingLauncher,
+    ):
+        """The gated model as one ONNX graph: raw features in (preprocessing inside), the
+        prediction out."""
+        from ml.export import export, parity
+        from ml.train import load_trained
+
+        evaluation = from_document(ModelEvaluation, model_evaluation)
+        run = from_document(TrainedRun, evaluation.trained)
+        trained = load_trained(Path(run.folder))
+        if trained.weights_sha256 != evaluation.weights_sha256:
+            raise dg.Failure(
+                f"onnx_model: the weights in {run.folder} are not the ones model_evaluation judged"
+                f" ({trained.weights_sha256[:12]} vs {evaluation.weights_sha256[:12]})",
+                allow_retries=False,
+            )
+        manifest = (Path(run.folder) / "manifest.json").read_bytes()
+        exported = export(
+            trained.model,
+            trained.preprocessor,
+            Path(run.folder) / MODEL_FILE,
+            {
+                "model_name": model_name,
+                "model_version": "unregistered",
+                "run_manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+                "feature_service": run.feature_service,
+                "label": trained.config.data.label,
+                **(
+                    {"threshold": repr(evaluation.threshold)}
+                    if evaluation.threshold is not None
+                    else {}
+                ),
+                "weights_sha256": trained.weights_sha256,
+                "data_fingerprint": run.data_fingerprint,
+                "dagster_run_id": context.run.run_id,
+            },
+            launcher.file_mode,
+        )
+        split = trained.config.data.split_column
+        test = training_set[training_set[split] == "test"].reset_index(drop=True)
+        report = parity(
+            exported.path,
+            trained.model,
+            trained.preprocessor,
+            test,
+            rtol=config.rtol,
+            # In the output's units: a probability, or the label's (scaled by its spread).
+            atol=config.atol
+            * (trained.preprocessor.target.std if trained.preprocessor.target else 1),
+        )
+        yield dg.AssetCheckResult(
+            check_name=PARITY,
+            passed=report.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=(
+                f"{report.rows} test rows, batch sizes {list(report.batch_sizes)}: max abs error"
+                f" {report.max_abs_error:.2e}, max rel error {report.max_rel_error:.2e}"
+                f" (rtol {config.rtol:g}, atol {config.atol:g}); {report.mismatched_rows} rows"
+                " beyond tolerance"
+            ),
+            metadata={
+                "max_abs_error": report.max_abs_error,
+                "max_rel_error": report.max_rel_error,
+                "mismatched_rows": report.mismatched_rows,
+            },
+        )
+        served, int8 = exported, {}
+        if config.quantize and report.passed and evaluation.threshold is not None:
+            served, int8 = _quantized(
+                exported, test, trained.config.data.label, config, launcher.file_mode
+            )
+        train = training_set[training_set[split] == "train"]
+        reference = _drift_reference(Path(served.path), train, launcher.file_mode)
+        yield dg.Output(
+            OnnxModel(
+                path=str(served.path),
+                sha256=served.sha256,
+                weights_sha256=trained.weights_sha256,
+                parity=report.as_dict(),
+                quantized=served is not exported,
+                drift_reference=str(reference),
+                data_through=_last_day(training_set, timezone),
+            ),
+            metadata={
+                "path": dg.MetadataValue.path(str(served.path)),
+                "sha256": served.sha256,
+                "bytes": Path(served.path).stat().st_size,
+                "opset": served.opset,
+                "parity_passed": report.passed,
+                "max_abs_error": report.max_abs_error,
+                "max_rel_error": report.max_rel_error,
+                "properties": dg.MetadataValue.json(dict(served.properties)),
+                "drift_reference": dg.MetadataValue.path(str(reference)),
+                **int8,
+            },
+        )
+
+    return onnx_model
+
+
+def _last_day(frame: "pd.DataFrame", timezone: str) -> str:
     from ml.dataset import LabelSpec
-    from pipelines.partitions import DATA_TIMEZONE
 
     timestamps = frame[LabelSpec.event_timestamp]
-    return timestamps.dt.tz_convert(DATA_TIMEZONE).dt.date.max().isoformat()
+    return timestamps.dt.tz_convert(timezone).dt.date.max().isoformat()
 
 
 def _drift_reference(served: Path, train: "pd.DataFrame", permissions: int) -> Path:
@@ -240,109 +272,121 @@ class RegisteredModel:
     link: str
 
 
-@dg.asset(
-    ins={
-        "model_evaluation": dg.AssetIn(model_evaluation.key),
-        "onnx_model": dg.AssetIn(onnx_model.key),
-    },
-    group_name=DEPLOYMENT,
-    kinds={"mlflow", "onnx"},
-    code_version="1",
-    io_manager_key="documents",
-    pool=REGISTRY_POOL,
-    retry_policy=EXTERNAL_RETRY,
-    op_tags=SMALL,
-)
-def registered_model(
-    context: dg.AssetExecutionContext,
-    model_evaluation: dict,
-    onnx_model: dict,
-    mlflow: MlflowRegistry,
-    launcher: TrainingLauncher,
-) -> dg.Output[RegisteredModel]:
-    """The model as a new MLflow model version, and the champion alias moved to it."""
-    from ml.export import stamp
+def _registered_model(case: UseCase) -> dg.AssetsDefinition:
+    model_name = case.registered_model
 
-    evaluation = from_document(ModelEvaluation, model_evaluation)
-    exported = from_document(OnnxModel, onnx_model)
-    report = evaluation.gate()
-    champion = mlflow.champion(REGISTERED_MODEL)
-    refusal = promotion_refusal(evaluation, exported, champion.version if champion else None)
-    if refusal:
-        raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
-    run = from_document(TrainedRun, evaluation.trained)
-    if champion is not None and champion.tags.get("weights_sha256") == evaluation.weights_sha256:
-        # Retraining on the same data with the same seed gives the same weights: not a new model.
+    @dg.asset(
+        key=case.key("registered_model"),
+        ins={
+            "model_evaluation": dg.AssetIn(case.key("model_evaluation")),
+            "onnx_model": dg.AssetIn(case.key("onnx_model")),
+        },
+        group_name=case.group(DEPLOYMENT),
+        kinds={"mlflow", "onnx"},
+        code_version="1",
+        io_manager_key="documents",
+        pool=REGISTRY_POOL,
+        retry_policy=EXTERNAL_RETRY,
+        op_tags=SMALL,
+    )
+    def registered_model(
+        context: dg.AssetExecutionContext,
+        model_evaluation: dict,
+        onnx_model: dict,
+        mlflow: MlflowRegistry,
+        launcher: TrainingLauncher,
+    ) -> dg.Output[RegisteredModel]:
+        """The model as a new MLflow model version, and the champion alias moved to it."""
+        from ml.export import stamp
+
+        evaluation = from_document(ModelEvaluation, model_evaluation)
+        exported = from_document(OnnxModel, onnx_model)
+        report = evaluation.gate()
+        champion = mlflow.champion(model_name)
+        refusal = promotion_refusal(evaluation, exported, champion.version if champion else None)
+        if refusal:
+            raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
+        run = from_document(TrainedRun, evaluation.trained)
+        if (
+            champion is not None
+            and champion.tags.get("weights_sha256") == evaluation.weights_sha256
+        ):
+            # Retraining on the same data with the same seed gives the same weights: not a new
+            # model.
+            return dg.Output(
+                RegisteredModel(
+                    name=model_name,
+                    version=champion.version,
+                    sha256=champion.files[MODEL_FILE],
+                    previous_champion=champion.version,
+                    link=champion.link,
+                ),
+                metadata={
+                    "model": f"{model_name} v{champion.version}",
+                    "champion_before": champion.version,
+                    "unchanged": "these weights are the champion's already; nothing registered",
+                    "mlflow_model_version": dg.MetadataValue.url(champion.link),
+                },
+            )
+        version = mlflow.next_version(model_name)
+        stamped = stamp(
+            Path(exported.path),
+            Path(run.folder) / f"model.v{version}.onnx",
+            {"model_version": version},
+            launcher.file_mode,
+        )
+        registered = mlflow.for_use_case(case.name).register(
+            model_name,
+            files={
+                MODEL_FILE: stamped.path,
+                **(
+                    {REFERENCE_FILE: Path(exported.drift_reference)}
+                    if exported.drift_reference
+                    else {}
+                ),
+            },
+            documents={
+                GATE_REPORT: evaluation.report,
+                "metrics.json": evaluation.report["challenger"],
+                "parity.json": exported.parity,
+                "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
+            },
+            tags={
+                "gate_decision": report.decision,
+                "weights_sha256": evaluation.weights_sha256,
+                "data_fingerprint": run.data_fingerprint,
+                "feature_service": run.feature_service,
+                "training_run_id": run.mlflow_run_id,
+                "dagster_run_id": context.run.run_id,
+                "quantized": str(exported.quantized).lower(),
+                "threshold": repr(evaluation.threshold),
+                **({DATA_THROUGH_TAG: exported.data_through} if exported.data_through else {}),
+            },
+            run_name=f"registered_model-{context.run.run_id[:8]}",
+            expected_version=version,
+            description=f"Passed the gate: {'; '.join(r.summary for r in report.rules)}",
+        )
+        promotion = mlflow.promote(
+            model_name, registered.version, reason=f"passed the gate in run {context.run.run_id}"
+        )
         return dg.Output(
             RegisteredModel(
-                name=REGISTERED_MODEL,
-                version=champion.version,
-                sha256=champion.files[MODEL_FILE],
-                previous_champion=champion.version,
-                link=champion.link,
+                name=model_name,
+                version=registered.version,
+                sha256=registered.files[MODEL_FILE],
+                previous_champion=promotion.previous,
+                link=registered.link,
             ),
             metadata={
-                "model": f"{REGISTERED_MODEL} v{champion.version}",
-                "champion_before": champion.version,
-                "unchanged": "these weights are the champion's already; nothing registered",
-                "mlflow_model_version": dg.MetadataValue.url(champion.link),
+                "model": f"{model_name} v{registered.version}",
+                "champion_before": promotion.previous or "none",
+                "onnx_sha256": registered.files[MODEL_FILE],
+                "mlflow_model_version": dg.MetadataValue.url(registered.link),
+                "source": registered.source,
             },
         )
-    version = mlflow.next_version(REGISTERED_MODEL)
-    stamped = stamp(
-        Path(exported.path),
-        Path(run.folder) / f"model.v{version}.onnx",
-        {"model_version": version},
-        launcher.file_mode,
-    )
-    registered = mlflow.register(
-        REGISTERED_MODEL,
-        files={
-            MODEL_FILE: stamped.path,
-            **(
-                {REFERENCE_FILE: Path(exported.drift_reference)} if exported.drift_reference else {}
-            ),
-        },
-        documents={
-            GATE_REPORT: evaluation.report,
-            "metrics.json": evaluation.report["challenger"],
-            "parity.json": exported.parity,
-            "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
-        },
-        tags={
-            "gate_decision": report.decision,
-            "weights_sha256": evaluation.weights_sha256,
-            "data_fingerprint": run.data_fingerprint,
-            "feature_service": run.feature_service,
-            "training_run_id": run.mlflow_run_id,
-            "dagster_run_id": context.run.run_id,
-            "quantized": str(exported.quantized).lower(),
-            "threshold": repr(evaluation.threshold),
-            **({DATA_THROUGH_TAG: exported.data_through} if exported.data_through else {}),
-        },
-        run_name=f"registered_model-{context.run.run_id[:8]}",
-        expected_version=version,
-        description=f"Passed the gate: {'; '.join(r.summary for r in report.rules)}",
-    )
-    promotion = mlflow.promote(
-        REGISTERED_MODEL, registered.version, reason=f"passed the gate in run {context.run.run_id}"
-    )
-    return dg.Output(
-        RegisteredModel(
-            name=REGISTERED_MODEL,
-            version=registered.version,
-            sha256=registered.files[MODEL_FILE],
-            previous_champion=promotion.previous,
-            link=registered.link,
-        ),
-        metadata={
-            "model": f"{REGISTERED_MODEL} v{registered.version}",
-            "champion_before": promotion.previous or "none",
-            "onnx_sha256": registered.files[MODEL_FILE],
-            "mlflow_model_version": dg.MetadataValue.url(registered.link),
-            "source": registered.source,
-        },
-    )
+
+    return registered_model
 
 
 def promotion_refusal(
@@ -383,20 +427,26 @@ class RollbackConfig(dg.Config):
     """Which registered version becomes champion again, and why."""
 
     version: str = Field(description="The MLflow model version number, e.g. 3.")
-    reason: str = Field(description="Recorded on the version, e.g. 'v5 mis-scores red-eyes'.")
+    reason: str = Field(description="Recorded on the version, e.g. 'v5 mis-scores holidays'.")
 
 
-@dg.op(tags={"kind": "mlflow"})
-def rollback_champion(
-    context: dg.OpExecutionContext, config: RollbackConfig, mlflow: MlflowRegistry
-) -> None:
-    """Move the champion alias to a named registered version (it must have passed the gate)."""
-    try:
-        promotion = mlflow.promote(
-            REGISTERED_MODEL, config.version, reason=f"rollback: {config.reason}"
+def rollback_op(case: UseCase) -> dg.OpDefinition:
+    """The op that moves the use case's champion alias back to a named registered version."""
+    model_name = case.registered_model
+
+    @dg.op(name=case.name_for("rollback_champion"), tags={"kind": "mlflow"})
+    def rollback_champion(
+        context: dg.OpExecutionContext, config: RollbackConfig, mlflow: MlflowRegistry
+    ) -> None:
+        """Move the champion alias to a named registered version (it must have passed the gate)."""
+        try:
+            promotion = mlflow.promote(
+                model_name, config.version, reason=f"rollback: {config.reason}"
+            )
+        except RegistryError as refused:
+            raise dg.Failure(f"not rolled back: {refused}", allow_retries=False) from refused
+        context.log.info(
+            f"{model_name}: champion v{promotion.previous or 'none'} → v{promotion.current}"
         )
-    except RegistryError as refused:
-        raise dg.Failure(f"not rolled back: {refused}", allow_retries=False) from refused
-    context.log.info(
-        f"{REGISTERED_MODEL}: champion v{promotion.previous or 'none'} → v{promotion.current}"
-    )
+
+    return rollback_champion

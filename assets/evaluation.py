@@ -18,25 +18,42 @@ from pydantic import Field
 
 from assets import EXTERNAL_RETRY
 from assets.pods import EVALUATION as EVALUATION_POD
-from assets.training import TrainedRun, trained_model
+from assets.training import TrainedRun
+from assets.usecase import UseCase
 from ml.files import atomic_write
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
 from resources.serving import ModelServing
 
 if TYPE_CHECKING:
-    from ml.gate import GatePolicy, GateReport
+    import pandas as pd
+
+    from ml.gate import GatePolicy, GateReport, RegressionGatePolicy
     from ml.metrics import Evaluation, SliceSpec
 
 EVALUATION = "evaluation"
-REGISTERED_MODEL = "flight_delay"
-"""The MLflow registered model the champion alias lives on."""
 GATE_RULES = {
     "finite_metrics": "No metric of the challenger, overall or on a slice, is NaN or infinite.",
-    "absolute_floor": "The challenger clears the absolute floor (ROC AUC, calibration error).",
+    "absolute_floor": (
+        "The challenger clears the absolute bar (binary: ROC AUC floor, calibration error"
+        " ceiling; regression: RMSE/MAE ceilings, R² floor)."
+    ),
     "no_regression": "The challenger is not worse than the champion beyond the tolerance.",
     "no_slice_regression": "No slice with enough rows regresses against the champion.",
+    "beats_baseline": "The challenger's RMSE is below the declared baseline forecast's.",
 }
+TASK_RULES = {
+    "binary": ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+    "regression": (
+        "finite_metrics",
+        "absolute_floor",
+        "no_regression",
+        "no_slice_regression",
+        "beats_baseline",
+    ),
+}
+"""The gate's rules for each task (`ml.gate.RULES`, `ml.gate.REGRESSION_RULES`), named here so
+that loading the code location needs no numpy."""
 GATE_REPORT = "gate_report.json"
 """The decision, written beside the weights it judged."""
 
@@ -50,22 +67,27 @@ class SliceConfig(dg.Config):
     labels: list[str] = Field(default=[], description="One name per bin.")
 
 
-FLIGHT_SLICES = [
-    {"name": "carrier", "column": "flight_schedule__carrier_code"},
-    {"name": "origin", "column": "flight_schedule__origin_code"},
-    {"name": "month", "column": "flight_schedule__month"},
-    {
-        "name": "hour_band",
-        "column": "flight_schedule__dep_hour",
-        "edges": [0, 6, 12, 18, 24],
-        "labels": ["night", "morning", "afternoon", "evening"],
-    },
-]
-"""The bundled use case's slices: carrier, origin airport, month and hour band of departure."""
-
-
 class EvaluationConfig(dg.Config):
-    """The gate's policy and the slices it looks at."""
+    """The slices the gate looks at; a task's config adds its policy (`ml.gate`)."""
+
+    min_slice_rows: int = Field(
+        default=200, description="Slices with fewer test rows are reported, not judged."
+    )
+    slices: list[SliceConfig] = Field(default=[])
+
+    def policy(self) -> "GatePolicy | RegressionGatePolicy":
+        raise NotImplementedError
+
+    def slice_specs(self) -> list["SliceSpec"]:
+        from ml.metrics import SliceSpec
+
+        # A default left as declared is a dict; one from run config is a SliceConfig.
+        configs = [SliceConfig(**s) if isinstance(s, dict) else s for s in self.slices]
+        return [SliceSpec(s.name, s.column, tuple(s.edges), tuple(s.labels)) for s in configs]
+
+
+class BinaryEvaluationConfig(EvaluationConfig):
+    """A binary classifier's gate (`ml.gate.GatePolicy`) and the slices it looks at."""
 
     min_roc_auc: float = Field(default=0.65, description="Absolute floor of the test ROC AUC.")
     max_calibration_error: float = Field(
@@ -86,22 +108,53 @@ class EvaluationConfig(dg.Config):
     max_slice_roc_auc_drop: float = Field(
         default=0.03, description="Largest ROC AUC drop vs the champion on any slice."
     )
-    min_slice_rows: int = Field(
-        default=200, description="Slices with fewer test rows are reported, not judged."
-    )
-    slices: list[SliceConfig] = Field(default=FLIGHT_SLICES)  # type: ignore[arg-type]
 
     def policy(self) -> "GatePolicy":
         from ml.gate import GatePolicy
 
         return GatePolicy(**self.model_dump(exclude={"slices"}))
 
-    def slice_specs(self) -> list["SliceSpec"]:
-        from ml.metrics import SliceSpec
 
-        # A default left as declared is a dict; one from run config is a SliceConfig.
-        configs = [SliceConfig(**s) if isinstance(s, dict) else s for s in self.slices]
-        return [SliceSpec(s.name, s.column, tuple(s.edges), tuple(s.labels)) for s in configs]
+class RegressionEvaluationConfig(EvaluationConfig):
+    """A regression's gate (`ml.gate.RegressionGatePolicy`: lower error is better, no
+    threshold) and the slices it looks at."""
+
+    max_rmse: float | None = Field(
+        default=None,
+        description="Absolute ceiling of the test RMSE (label units); none: not judged.",
+    )
+    max_mae: float | None = Field(
+        default=None,
+        description="Absolute ceiling of the test MAE (label units); none: not judged.",
+    )
+    min_r2: float | None = Field(
+        default=0.0, description="Absolute floor of the test R² (0 = the mean); none: not judged."
+    )
+    max_rmse_rise_fraction: float = Field(
+        default=0.02, description="Largest RMSE rise vs the champion, a fraction of its RMSE."
+    )
+    max_mae_rise_fraction: float = Field(
+        default=0.02, description="Largest MAE rise vs the champion, a fraction of its MAE."
+    )
+    max_slice_rmse_rise_fraction: float = Field(
+        default=0.1, description="Largest RMSE rise vs the champion on any slice, as a fraction."
+    )
+    require_baseline: bool = Field(
+        default=True,
+        description="The test RMSE must be below the declared baseline forecast's on its rows.",
+    )
+
+    def policy(self) -> "RegressionGatePolicy":
+        from ml.gate import RegressionGatePolicy
+
+        return RegressionGatePolicy(**self.model_dump(exclude={"slices"}))
+
+
+TASK_CONFIGS: dict[str, type[EvaluationConfig]] = {
+    "binary": BinaryEvaluationConfig,
+    "regression": RegressionEvaluationConfig,
+}
+"""The evaluation config of each task."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +166,9 @@ class ModelEvaluation:
     trained: dict[str, Any]
     """The `TrainedRun` that was judged."""
     weights_sha256: str
-    threshold: float
-    """Decision threshold (max F1 on the validation split), used when serving."""
+    threshold: float | None
+    """Decision threshold of a binary classifier (max F1 on the validation split), used when
+    serving; None for a regression."""
 
     def gate(self) -> "GateReport":
         import json
@@ -124,127 +178,193 @@ class ModelEvaluation:
         return GateReport.from_json(json.dumps(self.report))
 
 
-@dg.asset(
-    ins={"trained_model": dg.AssetIn(trained_model.key), "training_set": dg.AssetIn()},
-    group_name=EVALUATION,
-    kinds={"pytorch", "onnx"},
-    code_version="1",
-    io_manager_key="documents",
-    retry_policy=EXTERNAL_RETRY,  # fetches the champion from MLflow
-    op_tags=EVALUATION_POD,
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="model_evaluation", description=text, blocking=True)
-        for name, text in GATE_RULES.items()
-    ],
-)
-def model_evaluation(
-    context: dg.AssetExecutionContext,
-    config: EvaluationConfig,
-    trained_model: dict,
-    training_set,
-    serving: ModelServing,
-    launcher: TrainingLauncher,
-):
-    """Test-split metrics, slices and plots of the new model and the champion; the gate."""
-    from ml.dataset import fingerprint
-    from ml.gate import decide
-    from ml.metrics import best_threshold, evaluate
-    from ml.train import load_trained, probabilities
+def evaluation_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    return [_model_evaluation(case)]
 
-    run = from_document(TrainedRun, trained_model)
-    trained = load_trained(Path(run.folder))
-    if fingerprint(training_set) != run.data_fingerprint:
-        raise dg.Failure(
-            "model_evaluation: the training set changed after this model was trained on it"
-            f" (fingerprint {fingerprint(training_set)[:12]}, trained on"
-            f" {run.data_fingerprint[:12]}); retrain before evaluating",
-            allow_retries=False,
+
+def evaluation_config(case: UseCase) -> type[EvaluationConfig]:
+    """The evaluation config of a use case: the gate policy with the declaration's overrides,
+    and its slices."""
+    from pydantic import create_model
+
+    base = TASK_CONFIGS[case.label.task]
+    unknown = sorted(set(case.gate) - set(base.model_fields) - {"slices"})
+    if unknown:
+        raise ValueError(
+            f"use case {case.name!r}: gate: {unknown} are not {case.label.task} gate settings"
+            f" ({sorted(set(base.model_fields) - {'slices'})})"
         )
-    label = trained.config.data.label
-    parts = {s: training_set[training_set[trained.config.data.split_column] == s] for s in SPLITS}
-    for part, rows in parts.items():
-        if rows.empty:
-            raise dg.Failure(f"model_evaluation: the training set has no {part} rows")
-    validation = parts["validation"]
-    validation_scores = _finite_scores(
-        probabilities(trained.model, trained.preprocessor, validation), "validation"
-    )
-    threshold = best_threshold(validation[label].to_numpy(), validation_scores)
-    test = parts["test"].reset_index(drop=True)
-    labels = test[label].to_numpy()
-    scores = {
-        "challenger": _finite_scores(
-            probabilities(trained.model, trained.preprocessor, test), "test"
-        )
+    fields: dict[str, Any] = {
+        name: (base.model_fields[name].annotation, value) for name, value in case.gate.items()
     }
-    slices, min_rows = config.slice_specs(), config.min_slice_rows
-    challenger = evaluate(labels, scores["challenger"], test, slices, threshold, min_rows)
+    fields["slices"] = (list[SliceConfig], Field(default=[s.as_config() for s in case.slices]))
+    if "require_baseline" in base.model_fields and "require_baseline" not in case.gate:
+        fields["require_baseline"] = (bool, case.baseline is not None)
+    return create_model(f"EvaluationConfig_{case.name}", __base__=base, **fields)
 
-    champion_version, champion = None, None
-    served = serving.champion(REGISTERED_MODEL)
-    if served is not None:
-        champion_version = served.version.version
-        missing = [f for f in served.scorer.features if f not in test.columns]
-        if missing:
+
+def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
+    model_name, task = case.registered_model, case.label.task
+    binary = task == "binary"
+    config_class = evaluation_config(case)
+
+    @dg.asset(
+        key=case.key("model_evaluation"),
+        ins={
+            "trained_model": dg.AssetIn(case.key("trained_model")),
+            "training_set": dg.AssetIn(case.key("training_set")),
+        },
+        group_name=case.group(EVALUATION),
+        kinds={"pytorch", "onnx"},
+        code_version="1",
+        io_manager_key="documents",
+        retry_policy=EXTERNAL_RETRY,  # fetches the champion from MLflow
+        op_tags=EVALUATION_POD,
+        check_specs=[
+            dg.AssetCheckSpec(
+                name, asset=case.key("model_evaluation"), description=text, blocking=True
+            )
+            for name, text in GATE_RULES.items()
+            if name in TASK_RULES[task]
+        ],
+    )
+    def model_evaluation(
+        context: dg.AssetExecutionContext,
+        config: config_class,  # type: ignore[valid-type]  # a class built for the use case
+        trained_model: dict,
+        training_set,
+        serving: ModelServing,
+        launcher: TrainingLauncher,
+    ):
+        """Test-split metrics, slices and plots of the new model and the champion; the gate."""
+        import functools
+
+        from ml.dataset import fingerprint
+        from ml.gate import decide
+        from ml.metrics import best_threshold, evaluate
+        from ml.train import load_trained, predictions
+
+        run = from_document(TrainedRun, trained_model)
+        trained = load_trained(Path(run.folder))
+        if fingerprint(training_set) != run.data_fingerprint:
             raise dg.Failure(
-                f"model_evaluation: the champion ({served.label}) reads {missing}, which this"
-                " training set lacks; the two cannot be compared on the same rows",
+                "model_evaluation: the training set changed after this model was trained on it"
+                f" (fingerprint {fingerprint(training_set)[:12]}, trained on"
+                f" {run.data_fingerprint[:12]}); retrain before evaluating",
                 allow_retries=False,
             )
-        scores[f"champion v{champion_version}"] = served.scorer.predict(test)
-        champion_threshold = float(served.scorer.properties.get("threshold", 0.5))
-        champion = evaluate(
-            labels,
-            scores[f"champion v{champion_version}"],
-            test,
-            slices,
-            champion_threshold,
-            min_rows,
+        label = trained.config.data.label
+        parts = {
+            s: training_set[training_set[trained.config.data.split_column] == s] for s in SPLITS
+        }
+        for part, rows in parts.items():
+            if rows.empty:
+                raise dg.Failure(f"model_evaluation: the training set has no {part} rows")
+        threshold = None
+        if binary:
+            validation = parts["validation"]
+            validation_scores = _finite_scores(
+                predictions(trained.model, trained.preprocessor, validation), "validation"
+            )
+            threshold = best_threshold(validation[label].to_numpy(), validation_scores)
+        test = parts["test"].reset_index(drop=True)
+        labels = test[label].to_numpy()
+        scores = {
+            "challenger": _finite_scores(
+                predictions(trained.model, trained.preprocessor, test), "test"
+            )
+        }
+        slices, min_rows = config.slice_specs(), config.min_slice_rows
+        baseline = _baseline(case, test)
+        measure = functools.partial(
+            evaluate, frame=test, slices=slices, min_slice_rows=min_rows, task=task
         )
-    report = decide(
-        challenger,
-        champion,
-        config.policy(),
-        champion_version=champion_version,
-        subject=trained.weights_sha256,
-    )
-    with atomic_write(Path(run.folder) / GATE_REPORT, "w", launcher.file_mode) as sink:
-        sink.write(report.to_json())
-    for result in report.rules:
-        yield dg.AssetCheckResult(
-            check_name=result.rule,
-            passed=result.passed,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=result.summary,
-            metadata={"failures": dg.MetadataValue.md(_bullets(result.failures))}
-            if result.failures
-            else {},
+        challenger = measure(labels, scores["challenger"], threshold=threshold, baseline=baseline)
+
+        champion_version, champion = None, None
+        served = serving.champion(model_name)
+        if served is not None:
+            champion_version = served.version.version
+            missing = [f for f in served.scorer.features if f not in test.columns]
+            if missing:
+                raise dg.Failure(
+                    f"model_evaluation: the champion ({served.label}) reads {missing}, which this"
+                    " training set lacks; the two cannot be compared on the same rows",
+                    allow_retries=False,
+                )
+            scores[f"champion v{champion_version}"] = served.scorer.predict(test)
+            champion = measure(
+                labels,
+                scores[f"champion v{champion_version}"],
+                threshold=float(served.scorer.properties.get("threshold", 0.5)) if binary else None,
+                baseline=baseline,
+            )
+        report = decide(
+            challenger,
+            champion,
+            config.policy(),
+            champion_version=champion_version,
+            subject=trained.weights_sha256,
         )
-    yield dg.Output(
-        ModelEvaluation(
-            report=_document(report),
-            trained=trained_model,
-            weights_sha256=trained.weights_sha256,
-            threshold=threshold,
-        ),
-        metadata=_metadata(
-            report, challenger, champion, champion_version, threshold, scores, labels, run
-        ),
-    )
+        with atomic_write(Path(run.folder) / GATE_REPORT, "w", launcher.file_mode) as sink:
+            sink.write(report.to_json())
+        for result in report.rules:
+            yield dg.AssetCheckResult(
+                check_name=result.rule,
+                passed=result.passed,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=result.summary,
+                metadata={"failures": dg.MetadataValue.md(_bullets(result.failures))}
+                if result.failures
+                else {},
+            )
+        yield dg.Output(
+            ModelEvaluation(
+                report=_document(report),
+                trained=trained_model,
+                weights_sha256=trained.weights_sha256,
+                threshold=threshold,
+            ),
+            metadata=_metadata(
+                report,
+                challenger,
+                champion,
+                champion_version,
+                threshold,
+                scores,
+                labels,
+                run,
+                model_name,
+            ),
+        )
+
+    return model_evaluation
 
 
 SPLITS = ("validation", "test")
 
 
+def _baseline(case: UseCase, test: "pd.DataFrame"):
+    """The declared baseline forecast of each test row (NaN where it has none), or None."""
+    if case.baseline is None:
+        return None
+    if case.baseline not in test.columns:
+        raise dg.Failure(
+            f"model_evaluation: the baseline column {case.baseline!r} is not in the training set",
+            allow_retries=False,
+        )
+    return test[case.baseline].to_numpy(dtype="float64", na_value=float("nan"))
+
+
 def _finite_scores(scores, split: str):
-    """The model's probabilities on a split; a NaN or infinite one fails the evaluation (no
-    metric of such a model means anything, and it is never promoted)."""
+    """The model's scores (probabilities or predictions) on a split; a NaN or infinite one fails
+    the evaluation (no metric of such a model means anything, and it is never promoted)."""
     import numpy as np
 
     bad = int((~np.isfinite(scores)).sum())
     if bad:
         raise dg.Failure(
-            f"model_evaluation: the model gives {bad} NaN or infinite probabilities on the"
+            f"model_evaluation: the model gives {bad} NaN or infinite scores on the"
             f" {len(scores)} rows of the {split} split; it is not judged and never promoted",
             allow_retries=False,
         )
@@ -262,10 +382,11 @@ def _metadata(
     challenger: "Evaluation",
     champion: "Evaluation | None",
     champion_version: str | None,
-    threshold: float,
+    threshold: float | None,
     scores: Mapping[str, Any],
     labels: Any,
     run: TrainedRun,
+    model_name: str,
 ) -> dict[str, Any]:
     from ml import plots
 
@@ -273,24 +394,41 @@ def _metadata(
     metadata: dict[str, Any] = {
         "decision": report.decision,
         "reasons": "; ".join(report.reasons) or "every rule passed",
-        "champion": f"{REGISTERED_MODEL} v{champion_version}" if champion_version else "none yet",
-        "threshold": threshold,
+        "champion": f"{model_name} v{champion_version}" if champion_version else "none yet",
         "test_rows": metrics["rows"],
         **{f"test_{k}": _finite(v) for k, v in metrics.items() if k not in ("rows", "threshold")},
         "gate_report": dg.MetadataValue.path(str(Path(run.folder) / GATE_REPORT)),
         "comparison": dg.MetadataValue.md(_comparison(challenger, champion, champion_version)),
-        "roc": markdown_image(
-            "ROC", plots.roc_curves({name: (labels, s) for name, s in scores.items()})
-        ),
-        "calibration": markdown_image(
+    }
+    pairs = {name: (labels, s) for name, s in scores.items()}
+    if threshold is not None:  # a binary classifier
+        metadata["threshold"] = threshold
+        metadata["roc"] = markdown_image("ROC", plots.roc_curves(pairs))
+        metadata["calibration"] = markdown_image(
             "calibration",
             plots.calibration_plot(
                 {"challenger": challenger.calibration}
                 | ({f"champion v{champion_version}": champion.calibration} if champion else {})
             ),
-        ),
-        "slices": markdown_image("ROC AUC per slice", plots.slice_bars(challenger, champion)),
-    }
+        )
+        metadata["slices"] = markdown_image(
+            "ROC AUC per slice", plots.slice_bars(challenger, champion)
+        )
+    else:
+        metadata["predicted_vs_actual"] = markdown_image(
+            "predicted vs actual", plots.predicted_vs_actual(pairs)
+        )
+        metadata["residuals"] = markdown_image("residuals", plots.residuals(pairs))
+        metadata["slices"] = markdown_image(
+            "RMSE per slice", plots.slice_bars(challenger, champion)
+        )
+    if challenger.baseline is not None:
+        compared = challenger.baseline.to_dict()
+        metadata["baseline_rows"] = compared["baseline"]["rows"]
+        for name in ("rmse", "mae", "r2", "roc_auc", "log_loss"):
+            if name in compared["baseline"]:
+                metadata[f"baseline_{name}"] = compared["baseline"][name]
+                metadata[f"model_on_baseline_rows_{name}"] = compared["model"][name]
     loss_curve = Path(run.folder) / "loss_curve.png"
     if loss_curve.is_file():
         metadata["loss_curve"] = markdown_image("loss per epoch", loss_curve.read_bytes())
@@ -301,8 +439,12 @@ def _comparison(
     challenger: "Evaluation", champion: "Evaluation | None", champion_version: str | None
 ) -> str:
     """The headline metrics side by side, as a Markdown table."""
-    names = ("roc_auc", "average_precision", "log_loss", "brier", "accuracy", "f1")
     new = challenger.overall.as_dict()
+    names = (
+        ("roc_auc", "average_precision", "log_loss", "brier", "accuracy", "f1")
+        if "roc_auc" in new
+        else ("rmse", "mae", "r2", "mean_error")
+    )
     if champion is None:
         rows = [f"| {n} | {_cell(new[n])} |" for n in names]
         return "| metric | challenger |\n|---|---|\n" + "\n".join(rows)

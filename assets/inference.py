@@ -1,4 +1,4 @@
-"""Batch inference: `batch_predictions`, the champion scoring a day's flights with onnxruntime.
+"""Batch inference: `batch_predictions`, the champion scoring a day's entity rows with onnxruntime.
 
 The day's entity rows come from the label view's source (keys and timestamps only, never the
 outcome), their features from Feast through the FeatureService the champion was trained on, in
@@ -15,11 +15,8 @@ import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY
-from assets.deployment import registered_model
-from assets.evaluation import REGISTERED_MODEL
-from assets.features import FEATURE_TABLES
 from assets.pods import EVALUATION as EVALUATION_POD
-from pipelines.partitions import daily_partitions
+from assets.usecase import UseCase
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles
 from resources.serving import ModelServing
@@ -31,93 +28,111 @@ INFERENCE = "inference"
 
 
 class BatchPredictionsConfig(dg.Config):
-    entity_view: str = Field(
-        default="flight_outcome",
-        description="Feature view whose source rows (keys and timestamps only) are scored.",
-    )
     chunk_rows: int = Field(
         default=50_000, description="Entity rows per feature retrieval and scoring chunk."
     )
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    deps=[registered_model, *FEATURE_TABLES],
-    group_name=INFERENCE,
-    kinds={"onnx", "parquet", "feast"},
-    code_version="1",
-    # Before the first champion there is nothing to score with: the nightly job still ingests
-    # and publishes the day, and this step says why it made nothing (downstream is skipped).
-    output_required=False,
-    retry_policy=EXTERNAL_RETRY,
-    op_tags=EVALUATION_POD,
-)
-def batch_predictions(
-    context: dg.AssetExecutionContext,
-    config: BatchPredictionsConfig,
-    feature_store: FeastFeatureStore,
-    serving: ModelServing,
-    lake_files: LakeFiles,
-):
-    """P(arrival delayed) for each flight of the day, by the champion, with its version."""
-    from ml.predict import score_to_parquet
+def inference_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    return [_batch_predictions(case)]
 
-    served = serving.champion(REGISTERED_MODEL)
-    if served is None:
-        context.log.info(  # expected before the first champion
-            f"batch_predictions {context.partition_key}: no champion of {REGISTERED_MODEL} yet,"
-            " nothing scored; run the `retrain` job until a model passes the gate"
-        )
-        return
-    properties = served.scorer.properties
-    service = properties["feature_service"]
-    window = context.partition_time_window
-    rows = feature_store.view_rows(
-        config.entity_view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
+
+def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
+    model_name, entity_view = case.registered_model, case.label.view
+
+    @dg.asset(
+        key=case.key("batch_predictions"),
+        partitions_def=case.partitions.definition(),
+        deps=[case.key("registered_model"), *(case.key(t.name) for t in case.feature_tables)],
+        group_name=case.group(INFERENCE),
+        kinds={"onnx", "parquet", "feast"},
+        code_version="1",
+        # Before the first champion there is nothing to score with: the nightly job still ingests
+        # and publishes the day, and this step says why it made nothing (downstream is skipped).
+        output_required=False,
+        retry_policy=EXTERNAL_RETRY,
+        op_tags=EVALUATION_POD,
     )
-    keys = [*feature_store.join_keys(service), "event_timestamp"]
-    entities = rows[keys].sort_values(keys).reset_index(drop=True)
-    if entities.empty:
-        raise dg.Failure(
-            f"batch_predictions {context.partition_key}: {config.entity_view!r} has no rows that"
-            " day; materialize the day's feature tables first",
-            allow_retries=False,
+    def batch_predictions(
+        context: dg.AssetExecutionContext,
+        config: BatchPredictionsConfig,
+        feature_store: FeastFeatureStore,
+        serving: ModelServing,
+        lake_files: LakeFiles,
+    ):
+        """The champion's prediction for each entity row of the day (the label view's rows), with
+        its version."""
+        from ml.predict import score_to_parquet
+
+        served = serving.champion(model_name)
+        if served is None:
+            context.log.info(  # expected before the first champion
+                f"batch_predictions {context.partition_key}: no champion of {model_name} yet,"
+                " nothing scored; run the `retrain` job until a model passes the gate"
+            )
+            return
+        properties = served.scorer.properties
+        binary, output = served.scorer.task.name == "binary", served.scorer.task.output
+        service = properties["feature_service"]
+        window = context.partition_time_window
+        feature_store = feature_store.for_use_case(case.name)
+        rows = feature_store.view_rows(
+            entity_view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
         )
-    path = lake_files.path_for(context.asset_key, context.partition_key)
-    with lake_files.local_target(path) as target:
-        summary = score_to_parquet(
-            served.scorer,
-            feature_chunks(feature_store, entities, service, config.chunk_rows),
-            target,
-            keep=keys,
-            constants={
-                "model_name": served.version.name,
-                "model_version": served.version.version,
-                "predicted_at": dt.datetime.now(dt.UTC),
+        keys = [*feature_store.join_keys(service), "event_timestamp"]
+        entities = rows[keys].sort_values(keys).reset_index(drop=True)
+        if entities.empty:
+            labels = context.instance.get_materialized_partitions(case.key(case.label.table))
+            if context.partition_key not in labels:
+                raise dg.Failure(
+                    f"batch_predictions {context.partition_key}: {entity_view!r} has no rows that"
+                    " day; materialize the day's feature tables first",
+                    allow_retries=False,
+                )
+            # A day without events (its tables published empty): nothing to score, no file.
+            yield dg.MaterializeResult(
+                metadata={"dagster/row_count": 0, "model": served.label, "path": "none"}
+            )
+            return
+        path = lake_files.path_for(context.asset_key, context.partition_key)
+        with lake_files.local_target(path) as target:
+            summary = score_to_parquet(
+                served.scorer,
+                feature_chunks(feature_store, entities, service, config.chunk_rows),
+                target,
+                keep=keys,
+                constants={
+                    "model_name": served.version.name,
+                    "model_version": served.version.version,
+                    "predicted_at": dt.datetime.now(dt.UTC),
+                },
+                threshold=float(properties["threshold"]) if binary else None,
+            )
+        yield dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": summary.rows,
+                "model": served.label,
+                "model_sha256": served.version.sha256,
+                "feature_service": service,
+                "rows_with_missing_features": summary.incomplete_rows,
+                "missing_features_treatment": (
+                    "scored as trained: a missing number is its training mean plus a missing flag,"
+                    " a missing or unseen category the reserved unknown index"
+                ),
+                "missing_by_feature": dg.MetadataValue.json(summary.missing_by_feature),
+                **({"predicted_positive": summary.positive_predictions} if binary else {}),
+                f"mean_{output}": summary.mean,
+                f"{output}_quantiles": dg.MetadataValue.json(summary.quantiles),
+                f"{output}_histogram": dg.MetadataValue.md(
+                    _histogram(output, summary.histogram, summary.histogram_edges)
+                ),
+                "rows_per_s": summary.rows_per_s,
+                "path": dg.MetadataValue.path(str(path)),
             },
-            threshold=float(properties["threshold"]),
+            data_version=dg.DataVersion(_sha256(path)),
         )
-    yield dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": summary.rows,
-            "model": served.label,
-            "model_sha256": served.version.sha256,
-            "feature_service": service,
-            "rows_with_missing_features": summary.incomplete_rows,
-            "missing_features_treatment": (
-                "scored as trained: a missing number is its training mean plus a missing flag,"
-                " a missing or unseen category the reserved unknown index"
-            ),
-            "missing_by_feature": dg.MetadataValue.json(summary.missing_by_feature),
-            "predicted_delayed": summary.positive_predictions,
-            "mean_probability": summary.mean_probability,
-            "probability_quantiles": dg.MetadataValue.json(summary.quantiles),
-            "probability_histogram": dg.MetadataValue.md(_histogram(summary.histogram)),
-            "rows_per_s": summary.rows_per_s,
-            "path": dg.MetadataValue.path(str(path)),
-        },
-        data_version=dg.DataVersion(_sha256(path)),
-    )
+
+    return batch_predictions
 
 
 def feature_chunks(
@@ -128,15 +143,14 @@ def feature_chunks(
         yield store.historical_features(entities.iloc[start : start + chunk_rows], service)
 
 
-def _histogram(counts: list[int]) -> str:
-    """Counts of probabilities in equal-width bins of [0, 1], as a Markdown bar table."""
-    width = 1 / len(counts) if counts else 1
+def _histogram(output: str, counts: list[int], edges: list[float]) -> str:
+    """Counts of the scores in the summary's bins, as a Markdown bar table."""
     peak = max(counts, default=0) or 1
     rows = [
-        f"| {i * width:.2f}-{(i + 1) * width:.2f} | {n} | {'█' * round(20 * n / peak)} |"
-        for i, n in enumerate(counts)
+        f"| {low:.3g}-{high:.3g} | {n} | {'█' * round(20 * n / peak)} |"
+        for low, high, n in zip(edges, edges[1:], counts, strict=False)
     ]
-    return "| probability | flights | |\n|---|---|---|\n" + "\n".join(rows)
+    return f"| {output} | rows | |\n|---|---|---|\n" + "\n".join(rows)
 
 
 def _sha256(path) -> str:

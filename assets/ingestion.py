@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from assets import EXTERNAL_RETRY
-from assets.contracts import FLIGHTS, WEATHER
 from assets.pods import SMALL
-from pipelines.partitions import daily_partitions, partition_day
+from assets.usecase import Dimension, EventTable, UseCase, partition_day
 from resources.expectations import TableContract
 from resources.lake import Chunks
 from resources.sources import RawChunks, RawSource, RawTable, SourceError
@@ -39,7 +38,9 @@ def _ingest_day(
 
     def frames() -> "Iterator[pd.DataFrame]":
         try:
-            yield from drop.frames()
+            for chunk in drop.frames():
+                # An empty day, typed as its contract says (its `min_rows` decides its fate).
+                yield contract.typed_empty(chunk) if drop.rows == 0 else chunk
         except SourceError as exc:
             raise _refused(context, exc) from exc
 
@@ -62,40 +63,53 @@ def _lineage(table: RawTable | RawChunks) -> dict[str, dg.MetadataValue]:
     }
 
 
-def _lake_asset(name: str, description: str, partitions_def: dg.PartitionsDefinition | None = None):
+def source_key(case: UseCase) -> str:
+    """The resource key of the use case's raw source."""
+    return f"{case.name}_source"
+
+
+def ingestion_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    """Each event table's daily raw partitions and each dimension table, as received."""
+    return [_raw_day(case, table) for table in case.event_tables] + [
+        _dimension(case, dimension) for dimension in case.dimensions
+    ]
+
+
+def _lake_asset(
+    case: UseCase,
+    name: str,
+    description: str,
+    partitions_def: dg.PartitionsDefinition | None = None,
+):
     """The decorator every ingested table shares: its group, kinds and the lake it lands in."""
     return dg.asset(
-        name=name,
+        key=case.key(name),
         description=description,
         partitions_def=partitions_def,
         code_version="1",
-        group_name=INGESTION,
+        group_name=case.group(INGESTION),
         kinds=KINDS,
         io_manager_key="lake",
         retry_policy=EXTERNAL_RETRY,  # the source may be a network share or an object store
         op_tags=SMALL,
+        required_resource_keys={source_key(case)},
     )
 
 
-def _raw_day(contract: TableContract, description: str) -> dg.AssetsDefinition:
-    @_lake_asset(f"raw_{contract.table}", description, daily_partitions)
-    def _ingest(context: dg.AssetExecutionContext, source: RawSource):
-        return _ingest_day(context, source, contract)
+def _raw_day(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
+    @_lake_asset(case, f"raw_{table.name}", table.description, case.partitions.definition())
+    def _ingest(context: dg.AssetExecutionContext):
+        return _ingest_day(context, getattr(context.resources, source_key(case)), table.contract)
 
     return _ingest
 
 
-raw_flights = _raw_day(
-    FLIGHTS, "The day's scheduled departures from New York airports, exactly as delivered."
-)
-raw_weather = _raw_day(
-    WEATHER, "The day's hourly weather at the origin airports, exactly as delivered."
-)
+def _dimension(case: UseCase, dimension: Dimension) -> dg.AssetsDefinition:
+    name = dimension.name
 
-
-def _dimension(name: str, description: str) -> dg.AssetsDefinition:
-    @_lake_asset(name, description)
-    def _load(context: dg.AssetExecutionContext, source: RawSource):
+    @_lake_asset(case, name, dimension.description)
+    def _load(context: dg.AssetExecutionContext):
+        source: RawSource = getattr(context.resources, source_key(case))
         try:
             table = source.read_table(name)
         except SourceError as exc:
@@ -108,8 +122,3 @@ def _dimension(name: str, description: str) -> dg.AssetsDefinition:
         return table.frame
 
     return _load
-
-
-planes = _dimension("planes", "Aircraft by tail number: year built, type, engines, seats.")
-airlines = _dimension("airlines", "Carrier codes and names; the carriers flights may name.")
-airports = _dimension("airports", "Airports by FAA code: name, location, altitude, timezone.")

@@ -11,43 +11,49 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, create_model
 
-from assets.features import training_set
 from assets.pods import TRAINING as TRAINING_POD
+from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
 from ml.files import atomic_write
 from resources.launchers import TrainingLauncher
 from resources.registry import EpochMetrics, MlflowRegistry
 
 TRAINING = "training"
-VALIDATION_METRICS = ("roc_auc", "average_precision", "log_loss", "brier", "accuracy")
 
 
-SET_BY_THE_ASSET = ("training_set", "output_dir")
-"""TrainConfig fields the asset fills in itself: its input's file and the run's folder."""
+SET_BY_THE_ASSET = ("training_set", "output_dir", "label", "task", "feature_service")
+"""TrainConfig fields the asset fills in itself: its input's file, the run's folder, and what the
+use case declares (label, task, FeatureService)."""
 
 
-def dagster_schema(cls: type, name: str) -> type[dg.Config]:
+def dagster_schema(cls: type, name: str, defaults: Any = None) -> type[dg.Config]:
     """A Dagster config class mirroring an `ml.config` dataclass: the same field names, types,
-    defaults and docstrings as `python -m ml.train --help`, typed in the launchpad."""
+    docstrings and defaults as `python -m ml.train --help` (or `defaults`' values, an instance
+    of `cls`), typed in the launchpad."""
     fields: dict[str, Any] = {}
     for spec in fields_of(cls):
         if spec.name in SET_BY_THE_ASSET:
             continue
+        default = spec.default if defaults is None else getattr(defaults, spec.name)
         if dataclasses.is_dataclass(spec.kind):
-            section = dagster_schema(spec.kind, f"{name}_{spec.name}")  # type: ignore[arg-type]
+            section = dagster_schema(spec.kind, f"{name}_{spec.name}", default)  # type: ignore[arg-type]
             fields[spec.name] = (section, Field(default_factory=section, description=spec.doc))
         elif typing.get_origin(spec.kind) is tuple:
             (item,) = {a for a in typing.get_args(spec.kind) if a is not Ellipsis}
-            fields[spec.name] = (
-                list[item],
-                Field(default=list(spec.default), description=spec.doc),
-            )
+            fields[spec.name] = (list[item], Field(default=list(default), description=spec.doc))
         else:
-            fields[spec.name] = (spec.kind, Field(default=spec.default, description=spec.doc))
+            fields[spec.name] = (spec.kind, Field(default=default, description=spec.doc))
     return create_model(name, __base__=dg.Config, **fields)
 
 
-TrainedModelConfig = dagster_schema(TrainConfig, "TrainedModelConfig")
+def trained_model_config(case: UseCase) -> type[dg.Config]:
+    """`trained_model`'s config for a use case: every `ml.train` setting, with the defaults
+    the use case declares (`UseCase.training`) in place of the generic ones."""
+    try:
+        defaults = TrainConfig.from_dict(dict(case.training))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"use case {case.name!r}: training: {error}") from None
+    return dagster_schema(TrainConfig, f"TrainedModelConfig_{case.name}", defaults)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,100 +67,126 @@ class TrainedRun:
     mlflow_run_id: str
 
 
-@dg.asset(
-    # The training set's file, not its rows: the workers read it themselves.
-    ins={"training_set": dg.AssetIn(training_set.key, input_manager_key="lake_paths")},
-    group_name=TRAINING,
-    kinds={"pytorch", "mlflow"},
-    code_version="3",
-    io_manager_key="documents",
-    # A retry resumes from the run's last complete checkpoint (same output folder); refused
-    # config or input is never retried (the launcher raises Failure(allow_retries=False)).
-    retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
-    pool="training",  # one training at a time: it takes every core (dagster.yaml)
-    op_tags=TRAINING_POD,  # GPUs for torchrun in the step pod (assets/pods.py)
-)
-def trained_model(
-    context: dg.AssetExecutionContext,
-    config: TrainedModelConfig,  # type: ignore[valid-type]  # a class built at import
-    training_set: Path,
-    launcher: TrainingLauncher,
-    mlflow: MlflowRegistry,
-) -> dg.Output[TrainedRun]:
-    """The delay classifier trained on the latest training set; weights, manifest, checkpoints."""
-    from ml.plots import loss_curve
+def training_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    return [_trained_model(case)]
 
-    output = launcher.output_dir(context)
-    chosen = config.model_dump()
-    settings = TrainConfig.from_dict(
-        {
-            **chosen,
-            "data": {**chosen["data"], "training_set": str(training_set)},
-            "output_dir": str(output),
-        }
+
+def _trained_model(case: UseCase) -> dg.AssetsDefinition:
+    declared = {
+        "label": case.label.column,
+        "task": case.label.task,
+        "feature_service": case.feature_service,
+    }
+    config_class = trained_model_config(case)
+
+    @dg.asset(
+        key=case.key("trained_model"),
+        # The training set's file, not its rows: the workers read it themselves.
+        ins={"training_set": dg.AssetIn(case.key("training_set"), input_manager_key="lake_paths")},
+        group_name=case.group(TRAINING),
+        kinds={"pytorch", "mlflow"},
+        code_version="3",
+        io_manager_key="documents",
+        # A retry resumes from the run's last complete checkpoint (same output folder); refused
+        # config or input is never retried (the launcher raises Failure(allow_retries=False)).
+        retry_policy=dg.RetryPolicy(max_retries=1, delay=5),
+        pool="training",  # one training at a time: it takes every core (dagster.yaml)
+        op_tags=TRAINING_POD,  # GPUs for torchrun in the step pod (assets/pods.py)
     )
-    reported = launcher.launch(context, settings).metadata or {}
-    result, manifest = _json(reported, "result"), _json(reported, "manifest")
-    validation = result["validation"]
-    plot = loss_curve(result["train_loss"], result["validation_loss"], result["best_epoch"])
-    plot_file = output / "loss_curve.png"
-    local = output.is_dir()  # False when the run's folder is on a cluster volume
-    if local:
-        with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
-            sink.write(plot)
-    tracked = mlflow.log_training(
-        run_name=f"trained_model-{context.run.run_id[:8]}",
-        params=_flat(settings.to_dict()),
-        epochs=[
-            EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
-            for epoch, (train, valid) in enumerate(
-                zip(result["train_loss"], result["validation_loss"], strict=True), start=1
-            )
-        ],
-        metrics={f"validation_{k}": v for k, v in validation.items() if v is not None},
-        tags={
-            "dagster_run_id": context.run.run_id,
-            "data_fingerprint": manifest["data_fingerprint"],
-            "feature_service": manifest["feature_service"],
-            "git_commit": manifest["git_commit"],
-            "weights_path": result["weights"],
-        },
-        documents={"manifest.json": manifest, "result.json": result},
-        files=[output / name for name in ("model.safetensors", "preprocessor.json")] + [plot_file]
-        if local
-        else [],
-    )
-    run = TrainedRun(
-        folder=str(output),
-        data_fingerprint=manifest["data_fingerprint"],
-        feature_service=manifest["feature_service"],
-        mlflow_run_id=tracked.run_id,
-    )
-    return dg.Output(
-        run,
-        metadata={
-            **{f"validation_{k}": validation[k] for k in VALIDATION_METRICS},
-            "best_validation_loss": result["best_validation_loss"],
-            "best_epoch": result["best_epoch"],
-            "epochs": result["epochs"],
-            "samples_per_s": result["samples_per_s"],
-            "precision": result["precision"],
-            "world_size": manifest["world_size"],
-            "layout": str(getattr(reported.get("layout"), "value", "as launched")),
-            "resumed_from": result["resumed_from"] or "none",
-            "weights": dg.MetadataValue.path(result["weights"]),
-            "weights_sha256": result["weights_sha256"],
-            "checkpoints": dg.MetadataValue.path(str(output / "checkpoints")),
-            "manifest": dg.MetadataValue.json(manifest),
-            "data_fingerprint": manifest["data_fingerprint"],
-            "loss_curve": dg.MetadataValue.md(
-                f"![loss per epoch](data:image/png;base64,{base64.b64encode(plot).decode()})"
-            ),
-            "mlflow_run": dg.MetadataValue.url(tracked.link),
-            "mlflow_run_id": tracked.run_id,
-            "mlflow_artifacts": tracked.artifact_uri,
-        },
-    )
+    def trained_model(
+        context: dg.AssetExecutionContext,
+        config: config_class,  # type: ignore[valid-type]  # a class built for the use case
+        training_set: Path,
+        launcher: TrainingLauncher,
+        mlflow: MlflowRegistry,
+    ) -> dg.Output[TrainedRun]:
+        """The model trained on the latest training set; weights, manifest, checkpoints."""
+        from ml.plots import loss_curve
+        from ml.task import task_named
+
+        output = launcher.output_dir(context)
+        chosen = config.model_dump()
+        settings = TrainConfig.from_dict(
+            {
+                **chosen,
+                "data": {**chosen["data"], **declared, "training_set": str(training_set)},
+                "output_dir": str(output),
+            }
+        )
+        reported = launcher.launch(context, settings).metadata or {}
+        result, manifest = _json(reported, "result"), _json(reported, "manifest")
+        validation = result["validation"]
+        plot = loss_curve(
+            result["train_loss"],
+            result["validation_loss"],
+            result["best_epoch"],
+            loss_name=task_named(case.label.task).loss_name,
+        )
+        plot_file = output / "loss_curve.png"
+        local = output.is_dir()  # False when the run's folder is on a cluster volume
+        if local:
+            with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
+                sink.write(plot)
+        tracked = mlflow.for_use_case(case.name).log_training(
+            run_name=f"trained_model-{context.run.run_id[:8]}",
+            params=_flat(settings.to_dict()),
+            epochs=[
+                EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
+                for epoch, (train, valid) in enumerate(
+                    zip(result["train_loss"], result["validation_loss"], strict=True), start=1
+                )
+            ],
+            metrics={f"validation_{k}": v for k, v in validation.items() if v is not None},
+            tags={
+                "dagster_run_id": context.run.run_id,
+                "data_fingerprint": manifest["data_fingerprint"],
+                "feature_service": manifest["feature_service"],
+                "git_commit": manifest["git_commit"],
+                "weights_path": result["weights"],
+            },
+            documents={"manifest.json": manifest, "result.json": result},
+            files=[output / name for name in ("model.safetensors", "preprocessor.json")]
+            + [plot_file]
+            if local
+            else [],
+        )
+        run = TrainedRun(
+            folder=str(output),
+            data_fingerprint=manifest["data_fingerprint"],
+            feature_service=manifest["feature_service"],
+            mlflow_run_id=tracked.run_id,
+        )
+        return dg.Output(
+            run,
+            metadata={
+                **{
+                    f"validation_{k}": v
+                    for k, v in validation.items()
+                    if k not in ("rows", "threshold")
+                },
+                "best_validation_loss": result["best_validation_loss"],
+                "best_epoch": result["best_epoch"],
+                "epochs": result["epochs"],
+                "samples_per_s": result["samples_per_s"],
+                "precision": result["precision"],
+                "world_size": manifest["world_size"],
+                "layout": str(getattr(reported.get("layout"), "value", "as launched")),
+                "resumed_from": result["resumed_from"] or "none",
+                "weights": dg.MetadataValue.path(result["weights"]),
+                "weights_sha256": result["weights_sha256"],
+                "checkpoints": dg.MetadataValue.path(str(output / "checkpoints")),
+                "manifest": dg.MetadataValue.json(manifest),
+                "data_fingerprint": manifest["data_fingerprint"],
+                "loss_curve": dg.MetadataValue.md(
+                    f"![loss per epoch](data:image/png;base64,{base64.b64encode(plot).decode()})"
+                ),
+                "mlflow_run": dg.MetadataValue.url(tracked.link),
+                "mlflow_run_id": tracked.run_id,
+                "mlflow_artifacts": tracked.artifact_uri,
+            },
+        )
+
+    return trained_model
 
 
 def _json(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from assets.contracts import FLIGHTS, WEATHER
-from assets.ingestion import airlines, raw_flights, raw_weather
+from assets import with_inputs
 from assets.pods import SMALL
-from pipelines.partitions import daily_partitions
+from assets.usecase import EventTable, UseCase
 from resources.expectations import GreatExpectations, TableContract, ValidationReport
 from resources.lake import Chunks, LakeTable
 
@@ -39,24 +38,26 @@ def audit(
     expectations: GreatExpectations,
     contract: TableContract,
     raw: LakeTable,
-    airlines_frame: "pd.DataFrame | None" = None,
+    partitions_def: dg.DailyPartitionsDefinition,
+    references: "dict[str, pd.DataFrame] | None" = None,
     *,
     data_docs: bool = True,
 ) -> ValidationReport:
     """Validate one raw partition against its contract, a row group of the lake file at a
-    time."""
+    time. `references` holds the dimension tables the contract's `allowed_from` rules name."""
     partition_key = context.partition_key
-    window = daily_partitions.time_window_for_partition_key(partition_key)
-    references = {}
-    if airlines_frame is not None:
-        references["airlines.carrier"] = airlines_frame["carrier"].dropna().tolist()
+    window = partitions_def.time_window_for_partition_key(partition_key)
+    sets = {}
+    for reference in contract.references:
+        table, column = reference.split(".", 1)
+        sets[reference] = (references or {})[table][column].dropna().tolist()
     return expectations.validate_chunks(
         contract,
         raw.frames,
         partition=partition_key,
         window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
-        timezone=daily_partitions.timezone,
-        references=references,
+        timezone=partitions_def.timezone,
+        references=sets,
         data_docs=data_docs,
     )
 
@@ -123,103 +124,98 @@ def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
     return Chunks(lambda: parts(True)), Chunks(lambda: parts(False))
 
 
-def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
-    """Cancelled flights (no departure) and diverted ones (departed, no arrival delay; the
-    contract's presence rules ensure no air time either) are real events, kept and flagged
-    rather than treated as bad data."""
-    cancelled = flights["dep_time"].isna()
-    return flights.assign(cancelled=cancelled, diverted=~cancelled & flights["arr_delay"].isna())
+def validation_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    """Each event table's published and quarantined partitions."""
+    return [_publication(case, table) for table in case.event_tables]
 
 
-@dg.asset_check(
-    asset=raw_flights,
-    blocking=True,
-    additional_ins={"airlines": dg.AssetIn(airlines.key)},
-    partitions_def=daily_partitions,
-)
-def flights_contract(
-    context: dg.AssetCheckExecutionContext,
-    raw_flights: LakeTable,
-    airlines,
-    expectations: GreatExpectations,
-) -> dg.AssetCheckResult:
-    """The flights GX suite: columns, types, nulls, ranges, known carriers and airports, unique
-    flights, departures inside the partition's day, a minimum row count."""
-    return check_result(audit(context, expectations, FLIGHTS, raw_flights, airlines))
+def validation_checks(case: UseCase) -> list[dg.AssetChecksDefinition]:
+    """Each event table's contract, a blocking check on its raw partitions."""
+    return [_contract_check(case, table) for table in case.event_tables]
 
 
-@dg.asset_check(asset=raw_weather, blocking=True, partitions_def=daily_partitions)
-def weather_contract(
-    context: dg.AssetCheckExecutionContext,
-    raw_weather: LakeTable,
-    expectations: GreatExpectations,
-) -> dg.AssetCheckResult:
-    """The weather GX suite: columns, types, physical ranges, one observation per airport and
-    hour, observations inside the partition's day, a minimum row count."""
-    return check_result(audit(context, expectations, WEATHER, raw_weather))
+def _references(case: UseCase, contract: TableContract) -> dict[str, dg.AssetIn]:
+    """The dimension tables a contract's reference sets come from, as inputs."""
+    tables = sorted({reference.split(".", 1)[0] for reference in contract.references})
+    return {table: dg.AssetIn(case.key(table)) for table in tables}
 
 
-def _publication(table: str, validated: str) -> dict[str, Any]:
-    """The settings shared by the publishing multi-assets: one published and one quarantined
-    table per raw table, daily, written to the lake together."""
-    return {
-        "op_tags": SMALL,
-        "outs": {
-            f"validated_{table}": dg.AssetOut(
+def _contract_check(case: UseCase, table: EventTable) -> dg.AssetChecksDefinition:
+    contract = table.contract
+    partitions_def = case.partitions.definition()
+    raw_name, references = f"raw_{table.name}", _references(case, contract)
+
+    def _check(
+        context: dg.AssetCheckExecutionContext, expectations: GreatExpectations, **inputs
+    ) -> dg.AssetCheckResult:
+        raw: LakeTable = inputs.pop(raw_name)
+        return check_result(audit(context, expectations, contract, raw, partitions_def, inputs))
+
+    return dg.asset_check(
+        name=f"{table.name}_contract",
+        asset=case.key(raw_name),
+        blocking=True,
+        additional_ins=references,
+        partitions_def=partitions_def,
+        description=(
+            f"The {table.name} GX suite: columns, types, nulls, ranges and sets, unique rows,"
+            " events inside the partition's day, a minimum row count."
+        ),
+    )(with_inputs(_check, {raw_name: LakeTable} | dict.fromkeys(references, Any)))
+
+
+def _publication(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
+    """One published and one quarantined table per raw table, daily, written to the lake
+    together."""
+    name, contract = table.name, table.contract
+    partitions_def = case.partitions.definition()
+    validated, quarantined = f"validated_{name}", f"quarantined_{name}"
+
+    @dg.multi_asset(
+        name=f"publish_{name}",
+        ins={
+            "raw": dg.AssetIn(case.key(f"raw_{name}"), dagster_type=LakeTable),
+            **_references(case, contract),
+        },
+        outs={
+            validated: dg.AssetOut(
+                key=case.key(validated),
                 io_manager_key="lake",
                 kinds={"pandas", "great_expectations"},
                 code_version="1",
-                description=validated,
+                description=f"{table.description} Only a day that passed its suite, without"
+                " the rows that broke row rules.",
             ),
-            f"quarantined_{table}": dg.AssetOut(
+            quarantined: dg.AssetOut(
+                key=case.key(quarantined),
                 io_manager_key="lake",
                 kinds={"pandas"},
                 code_version="1",
-                description=f"Rows of a published {table} day that broke row rules (rejected_by).",
+                description=f"Rows of a published {name} day that broke row rules (rejected_by).",
             ),
         },
-        "partitions_def": daily_partitions,
-        "group_name": VALIDATION,
-        "can_subset": False,
-    }
+        partitions_def=partitions_def,
+        group_name=case.group(VALIDATION),
+        can_subset=False,
+        op_tags=SMALL,
+    )
+    def _publish(
+        context: dg.AssetExecutionContext, expectations: GreatExpectations, raw: LakeTable, **refs
+    ):
+        report = audit(context, expectations, contract, raw, partitions_def, refs, data_docs=False)
+        published, rejected = split(raw, report)
+        counts = dict.fromkeys(table.counted_flags, 0)
 
+        def publishing() -> "Iterator[pd.DataFrame]":
+            for chunk in published.frames():
+                if table.publish is not None:
+                    chunk = table.publish(chunk)
+                for flag in table.counted_flags:
+                    counts[flag] += int(chunk[flag].sum())
+                yield chunk
 
-@dg.multi_asset(
-    ins={"raw_flights": dg.AssetIn(raw_flights.key), "airlines": dg.AssetIn(airlines.key)},
-    **_publication(
-        "flights", "Flights of a day that passed the flights suite; cancellations flagged."
-    ),
-)
-def publish_flights(
-    context: dg.AssetExecutionContext,
-    raw_flights: LakeTable,
-    airlines,
-    expectations: GreatExpectations,
-):
-    report = audit(context, expectations, FLIGHTS, raw_flights, airlines, data_docs=False)
-    published, quarantined = split(raw_flights, report)
-    counts = {"cancelled": 0, "diverted": 0}
+        # The counts are taken while the lake writes the rows, and reported once it has.
+        yield dg.Output(Chunks(publishing, metadata=lambda: counts), validated)
+        yield dg.Output(rejected, quarantined)
 
-    def flagged() -> "Iterator[pd.DataFrame]":
-        for chunk in published.frames():
-            chunk = flag_cancellations(chunk)
-            counts["cancelled"] += int(chunk["cancelled"].sum())
-            counts["diverted"] += int(chunk["diverted"].sum())
-            yield chunk
-
-    # The counts are taken while the lake writes the rows, and reported once it has.
-    yield dg.Output(Chunks(flagged, metadata=lambda: counts), "validated_flights")
-    yield dg.Output(quarantined, "quarantined_flights")
-
-
-@dg.multi_asset(
-    ins={"raw_weather": dg.AssetIn(raw_weather.key)},
-    **_publication("weather", "Hourly weather of a day that passed the weather suite."),
-)
-def publish_weather(
-    context: dg.AssetExecutionContext, raw_weather: LakeTable, expectations: GreatExpectations
-):
-    report = audit(context, expectations, WEATHER, raw_weather, data_docs=False)
-    published, quarantined = split(raw_weather, report)
-    yield dg.Output(published, "validated_weather")
-    yield dg.Output(quarantined, "quarantined_weather")
+    return _publish

@@ -44,6 +44,9 @@ POSTGRES_SERVER = "postgresql+psycopg2://postgres@127.0.0.1:5432"
 """Where the production profile's throwaway database is created (SQLAlchemy 2.1 reads a bare
 `postgresql://` as psycopg 3, which is not installed)."""
 LOCATION = "pipelines.definitions"
+USE_CASE = "flights"
+"""The use case whose raw tables are backfilled (its asset keys and jobs carry its name)."""
+DIMENSIONS_JOB = f"{USE_CASE}_load_dimensions"
 ASSETS = ("raw_flights", "raw_weather")
 CHECKS = {"raw_flights": "flights_contract", "raw_weather": "weather_contract"}
 BACKFILL_TAG = "dagster/backfill"
@@ -142,7 +145,7 @@ def _stored(lake: Path, asset: str, event) -> StoredPartition:
 
     from resources.lake import stored_hash
 
-    path = lake / asset / f"{event.partition}.parquet"
+    path = lake / USE_CASE / asset / f"{event.partition}.parquet"
     return StoredPartition(
         recorded_rows=int(event.metadata["dagster/row_count"].value),
         data_version=(event.tags or {}).get("dagster/data_version", ""),
@@ -354,7 +357,7 @@ def _launch_backfill(instance, workspace: Path, days: list[str], title: str) -> 
             {
                 "params": {
                     "partitionNames": days,
-                    "assetSelection": [{"path": [a]} for a in ASSETS],
+                    "assetSelection": [{"path": [USE_CASE, a]} for a in ASSETS],
                     "title": title,
                 }
             },
@@ -480,8 +483,8 @@ def run_backfill_load(config: LoadConfig) -> LoadResult:
 def _cut_drops(root: Path, days: Sequence[str]) -> Path:
     """A drop folder of `days` from the bundled data: the dimension tables, and one Parquet file
     per table and day with the types the bundled source gives."""
-    from assets.contracts import FLIGHTS, WEATHER
-    from resources.sources import BundledFlightsSource
+    from usecases.flights.contracts import FLIGHTS, WEATHER
+    from usecases.flights.source import BundledFlightsSource
 
     source = BundledFlightsSource()
     root.mkdir(parents=True)
@@ -527,7 +530,7 @@ def _measure(
     )  # fmt: skip
     # The contract check of flights reads the airlines dimension: loaded once, before.
     dimensions = subprocess.run(
-        [str(BIN / "dagster"), "job", "execute", "-m", LOCATION, "-j", "load_dimensions"],
+        [str(BIN / "dagster"), "job", "execute", "-m", LOCATION, "-j", DIMENSIONS_JOB],
         cwd=REPO, env=dict(env), capture_output=True, text=True,
     )  # fmt: skip
     if dimensions.returncode != 0:
@@ -616,7 +619,9 @@ def _measure(
     lake = Path(env["ML_LIFECYCLE_HOME"]) / "lake"
     for asset in ASSETS:
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=config.days),
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey([USE_CASE, asset]), asset_partitions=config.days
+            ),
             limit=10 * config.num_days,
         ).records
         counts = Counter(

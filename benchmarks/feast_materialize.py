@@ -39,7 +39,7 @@ def online_db(home: Path) -> Path:
 
 
 def materialized_store(home: Path) -> FeastFeatureStore:
-    store = FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home))
+    store = FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)).for_use_case("flights")
     store.apply()
     store.materialize(*FIRST_DAY)  # warm-up: imports, registry, connections, statement caches
     return store

@@ -47,13 +47,13 @@ class FeatureTable:
 
 def feature_store(home: Path) -> FeastFeatureStore:
     """The project's repo applied under `home` (registry in `home/feast`, tables in `home/lake`)."""
-    store = FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home))
+    store = FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)).for_use_case("flights")
     store.apply()
     return store
 
 
 def entity_rows(home: Path, store: FeastFeatureStore) -> pd.DataFrame:
-    outcomes = pd.read_parquet(home / "lake" / "flight_outcomes")
+    outcomes = pd.read_parquet(home / "lake" / "flights" / "flight_outcomes")
     rows, _ = labelled_rows(outcomes, LABEL, store.join_keys(SERVICE))
     return rows
 

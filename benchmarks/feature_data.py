@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ml import features
-from resources.sources import BundledFlightsSource
+from ml.features import EVENT_TIMESTAMP, whole
+from usecases.flights import features
+from usecases.flights.source import BundledFlightsSource
 
 YEAR = [dt.date(2013, 1, 1) + dt.timedelta(days=i) for i in range(365)]
 TABLES = (
@@ -43,15 +44,15 @@ def build(lake: Path) -> dict[str, int]:
     tables = {
         "flight_features": features.flight_features(flights),
         "flight_outcomes": features.flight_outcomes(flights),
-        "weather_features": features.whole(features.weather_features([weather], YEAR)),
-        "aircraft_features": features.whole(features.aircraft_features([flights], planes)),
+        "weather_features": whole(features.weather_features([weather], YEAR)),
+        "aircraft_features": whole(features.aircraft_features([flights], planes)),
         "carrier_history": features.delay_history([flights], airports, YEAR, ["carrier"]),
         "route_history": features.delay_history([flights], airports, YEAR, ["origin", "dest"]),
     }
     for name, table in tables.items():
         frame = table.frame
-        day = frame[features.EVENT_TIMESTAMP].dt.tz_convert(features.DATA_TIMEZONE).dt.date
-        folder = lake / name
+        day = frame[EVENT_TIMESTAMP].dt.tz_convert(features.DATA_TIMEZONE).dt.date
+        folder = lake / "flights" / name  # the use case's tables, as the lake keys them
         folder.mkdir(parents=True, exist_ok=True)
         for key, part in frame.groupby(day, sort=True):
             part.reset_index(drop=True).to_parquet(folder / f"{key}.parquet", index=False)

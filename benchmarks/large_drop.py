@@ -51,8 +51,8 @@ def scaled_day(copies: int):
     """The flights of DAY, `copies` times, with distinct natural keys."""
     import pandas as pd
 
-    from assets.contracts import FLIGHTS
-    from resources.sources import BundledFlightsSource
+    from usecases.flights.contracts import FLIGHTS
+    from usecases.flights.source import BundledFlightsSource
 
     day = BundledFlightsSource().read_day(
         "flights", dt.date.fromisoformat(DAY), timestamp_columns=FLIGHTS.timestamp_columns
@@ -86,8 +86,8 @@ def write_drops(root: Path, copies: int) -> Path:
     times, as CSV."""
     import pandas as pd
 
-    from assets.contracts import FLIGHTS, WEATHER
-    from resources.sources import BundledFlightsSource
+    from usecases.flights.contracts import FLIGHTS, WEATHER
+    from usecases.flights.source import BundledFlightsSource
 
     source = BundledFlightsSource()
 
@@ -121,27 +121,29 @@ def run(drops: Path) -> dict:
     store; peak RSS of each in MiB."""
     import dagster as dg
 
-    from assets import features, ingestion, validation
+    from assets.features import feature_assets
+    from assets.ingestion import ingestion_assets
+    from assets.validation import validation_assets, validation_checks
     from resources.expectations import GreatExpectations
     from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
     from resources.lake import ParquetLake
     from resources.sources import DropFolderSource
+    from usecases.flights import USE_CASE as FLIGHTS_CASE
 
     with tempfile.TemporaryDirectory(prefix="bench-large-drop-") as folder:
         home = Path(folder)
         lake = ParquetLake(root=str(home / "lake"))
         resources = {
-            "source": DropFolderSource(root=str(drops)),
+            "flights_source": DropFolderSource(root=str(drops)),
             "lake": lake,
             "expectations": GreatExpectations(data_docs_dir=str(home / "data_docs")),
             "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         }
         definitions = [
-            *dg.load_assets_from_modules([ingestion, validation]),
-            *features.FEATURE_TABLES,
-            features.feature_registry,
-            features.online_features,
-            *dg.load_asset_checks_from_modules([validation]),
+            *ingestion_assets(FLIGHTS_CASE),
+            *validation_assets(FLIGHTS_CASE),
+            *feature_assets(FLIGHTS_CASE),
+            *validation_checks(FLIGHTS_CASE),
         ]
         (home / "dagster_home").mkdir()
         with dg.instance_for_test(temp_dir=str(home / "dagster_home")) as instance:
@@ -173,9 +175,9 @@ def run(drops: Path) -> dict:
             materialize(("feature_registry",), None)
             online_seconds = materialize(("online_features",), DAY)
             online_peak = _peak_rss_mib()
-            published_file = lake.path_for(dg.AssetKey("validated_flights"), DAY)
+            published_file = lake.path_for(FLIGHTS_CASE.key("validated_flights"), DAY)
             checks = instance.event_log_storage.get_asset_check_execution_history(
-                dg.AssetCheckKey(dg.AssetKey("raw_flights"), "flights_contract"), limit=1
+                dg.AssetCheckKey(FLIGHTS_CASE.key("raw_flights"), "flights_contract"), limit=1
             )
             assert checks and checks[0].status.value == "SUCCEEDED", "the day did not validate"
             return {

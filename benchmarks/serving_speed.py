@@ -56,13 +56,13 @@ def prepare(folder: Path, rows: list[int]) -> None:
     from ml import export
     from ml.config import ModelConfig
     from ml.data import Preprocessor
-    from ml.model import DelayClassifier
+    from ml.model import TabularNet
 
     folder.mkdir(parents=True, exist_ok=True)
     training = synthetic_training_set(TRAINING_ROWS, seed=0)
     preprocessor = Preprocessor.fit(training[training["split"] == "train"])
     torch.manual_seed(SEED)
-    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
     model.eval()
     (folder / "preprocessor.json").write_text(preprocessor.to_json())
     save_file(model.state_dict(), folder / "weights.safetensors")
@@ -81,10 +81,10 @@ def load_model(folder: Path):
 
     from ml.config import ModelConfig
     from ml.data import Preprocessor
-    from ml.model import DelayClassifier
+    from ml.model import TabularNet
 
     preprocessor = Preprocessor.from_json((folder / "preprocessor.json").read_text())
-    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
     model.load_state_dict(load_file(folder / "weights.safetensors"))
     return model.eval(), preprocessor
 

@@ -148,7 +148,7 @@ class Trainer:
 
         from ml.config import TrainConfig
         from ml.data import Preprocessor, Shards
-        from ml.model import DelayClassifier
+        from ml.model import TabularNet
 
         torch.set_num_threads(threads)
         config = TrainConfig()
@@ -158,7 +158,7 @@ class Trainer:
         train = frame[frame["split"] == "train"]
         preprocessor = Preprocessor.fit(train)
         self.tensors = preprocessor.transform(train, LABEL)
-        self.model = DelayClassifier(
+        self.model = TabularNet(
             preprocessor.numeric_width, preprocessor.cardinalities, config.model
         )
         self.optimizer = torch.optim.AdamW(

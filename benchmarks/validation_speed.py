@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from assets.contracts import FLIGHTS
-from pipelines.partitions import DATA_TIMEZONE
 from resources.expectations import GreatExpectations, TableContract
-from resources.sources import BundledFlightsSource
+from usecases.flights.contracts import FLIGHTS
+from usecases.flights.features import DATA_TIMEZONE
+from usecases.flights.source import BundledFlightsSource
 
 YEAR_ROWS = 336_776
 

@@ -115,6 +115,13 @@ def latest(root: Path, world_size: int) -> Checkpoint | None:
     return None
 
 
+def newest_world_size(root: Path) -> int | None:
+    """The world size the newest checkpoint under `root` was written by (intact or not), if any:
+    what a retried launch keeps its layout from."""
+    positions = sorted(root.glob(f"{PREFIX}*/{POSITION}"))
+    return json.loads(positions[-1].read_text())["world_size"] if positions else None
+
+
 def begin_attempt(root: Path, key: str, file_mode: int = FILE_MODE) -> None:
     """Record that the training `key` names writes its checkpoints under `root`; `root` and its
     missing parents are made with the folder mode of `file_mode` (see `ml.files`)."""

@@ -14,17 +14,23 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from ml.task import TASKS
+
 
 @dataclass(frozen=True)
 class DataConfig:
     training_set: str = ""
     """Parquet file of the training set (the `training_set` asset): features, label, split."""
-    label: str = "arrival_delayed"
-    """The 0/1 label column."""
+    label: str = "label"
+    """The label column: 0/1 for a binary task, a number for regression (a use case's training
+    asset sets the one it declares)."""
+    task: str = "binary"
+    """What the model learns from the label: binary (P(label = 1)) or regression (its value)."""
     split_column: str = "split"
     """Column naming each row's part: train, validation or test."""
-    feature_service: str = "flight_delay_v1"
-    """The Feast FeatureService the training set was joined through (recorded in the manifest)."""
+    feature_service: str = ""
+    """The Feast FeatureService the training set was joined through (recorded in the manifest;
+    a use case's training asset sets it)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,11 @@ class TrainConfig:
     """Compute precision: bf16 (autocast on CUDA), fp32, or auto (bf16 where the GPU has it)."""
 
     def __post_init__(self) -> None:
+        if self.data.task not in TASKS:
+            raise ValueError(
+                f"invalid training config: data.task={self.data.task!r}:"
+                f" must be one of {tuple(TASKS)}"
+            )
         checks = {
             "model.hidden_sizes": all(w > 0 for w in self.model.hidden_sizes),
             "model.max_embedding_dim": self.model.max_embedding_dim > 0,

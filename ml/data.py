@@ -3,8 +3,10 @@
 Features are the FeatureService's columns, `<view>__<feature>`. Numbers are standardized with
 the train split's mean and standard deviation, a missing value becomes 0 (the mean) plus a
 missing flag; text columns become indices into a vocabulary of the train split's values, with 0
-reserved for anything else (unknown or missing). Everything is fitted on the train split only,
-so validation and test rows see exactly what serving will see.
+reserved for anything else (unknown or missing). A regression label is standardized too, with
+the train split's mean and standard deviation (`TargetScaler`); a binary label is used as it is.
+Everything is fitted on the train split only, so validation and test rows see exactly what
+serving will see.
 """
 
 import hashlib
@@ -15,6 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ml.task import BINARY, REGRESSION, Task
+
 FEATURE_SEPARATOR = "__"
 UNKNOWN = 0
 """Vocabulary index of a value not seen in the train split, or a missing one."""
@@ -22,7 +26,8 @@ UNKNOWN = 0
 
 @dataclass(frozen=True)
 class Tensors:
-    """One split as tensors: standardized numbers (+ missing flags), category indices, labels."""
+    """One split as tensors: standardized numbers (+ missing flags), category indices, labels
+    (standardized for regression)."""
 
     numeric: torch.Tensor
     categorical: torch.Tensor
@@ -30,6 +35,35 @@ class Tensors:
 
     def __len__(self) -> int:
         return len(self.label)
+
+
+@dataclass(frozen=True)
+class TargetScaler:
+    """A regression label's standardization, fitted on the train split: the network learns
+    (label - mean) / std, and its output times std plus mean is the label's value."""
+
+    mean: float
+    std: float
+
+    @classmethod
+    def fit(cls, labels: pd.Series) -> "TargetScaler":
+        values = _finite_labels(labels)
+        if len(values) == 0:
+            raise ValueError(f"the label column {labels.name!r} has no rows to fit on")
+        std = float(values.std())
+        return cls(float(values.mean()), std if std > 0 else 1.0)
+
+    def transform(self, labels: pd.Series) -> np.ndarray:
+        """The labels standardized, float32."""
+        return ((_finite_labels(labels) - self.mean) / self.std).astype("float32")
+
+
+def _finite_labels(labels: pd.Series) -> np.ndarray:
+    values = labels.to_numpy(dtype="float64", na_value=np.nan)
+    bad = int((~np.isfinite(values)).sum())
+    if bad:
+        raise ValueError(f"{bad} value(s) of the label column {labels.name!r}: missing or infinite")
+    return values
 
 
 @dataclass(frozen=True)
@@ -41,9 +75,13 @@ class Preprocessor:
     std: list[float]
     categorical: list[str]
     vocabularies: list[list[str]]
+    target: TargetScaler | None = None
+    """The label's standardization (regression); None: the label is used as it is (binary)."""
 
     @classmethod
-    def fit(cls, train: pd.DataFrame) -> "Preprocessor":
+    def fit(cls, train: pd.DataFrame, standardized_label: str | None = None) -> "Preprocessor":
+        """Fitted on the `train` split's feature columns, and on its `standardized_label` column
+        when one is named (a regression label)."""
         features = feature_columns(train)
         numeric = [c for c in features if pd.api.types.is_numeric_dtype(train[c])]
         categorical = [c for c in features if c not in numeric]
@@ -51,7 +89,18 @@ class Preprocessor:
         mean = values.mean().fillna(0.0)
         std = values.std(ddof=0).fillna(1.0).replace(0.0, 1.0)
         vocabularies = [sorted(train[c].dropna().astype(str).unique()) for c in categorical]
-        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies)
+        target = None
+        if standardized_label is not None:
+            if standardized_label not in train.columns:
+                raise ValueError(f"training data lacks the label column {standardized_label!r}")
+            target = TargetScaler.fit(train[standardized_label])
+        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies, target)
+
+    @property
+    def task(self) -> Task:
+        """What the network's output means: a standardized label (regression) when a target
+        scaler was fitted, a logit (binary) otherwise."""
+        return BINARY if self.target is None else REGRESSION
 
     @property
     def cardinalities(self) -> list[int]:
@@ -71,7 +120,10 @@ class Preprocessor:
         if label not in frame.columns:
             raise ValueError(f"training data lacks the label column {label!r}")
         numeric, indices = self.inputs(frame)
-        labels = frame[label].to_numpy(dtype="float32")
+        if self.target is None:
+            labels = frame[label].to_numpy(dtype="float32")
+        else:
+            labels = self.target.transform(frame[label])
         return Tensors(numeric, indices, torch.from_numpy(labels))
 
     def inputs(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,11 +154,17 @@ class Preprocessor:
         return torch.from_numpy(numeric), torch.from_numpy(indices)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        """JSON of every field; `target` only when there is one."""
+        values = asdict(self)
+        if self.target is None:
+            del values["target"]
+        return json.dumps(values, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Preprocessor":
-        return cls(**json.loads(text))
+        values = json.loads(text)
+        target = values.pop("target", None)
+        return cls(**values, target=None if target is None else TargetScaler(**target))
 
 
 def feature_columns(frame: pd.DataFrame) -> list[str]:

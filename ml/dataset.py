@@ -1,6 +1,6 @@
 """Training sets: entity rows with their label, a deterministic time-based split, and a
 fingerprint of the rows. Generic: what is joined comes from a FeatureService, what is predicted
-from a `LabelSpec`; nothing here knows about flights."""
+from a `LabelSpec`; nothing here knows about any use case."""
 
 import datetime as dt
 import hashlib
@@ -8,6 +8,8 @@ import itertools
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from ml.task import BINARY, task_named
 
 SPLITS = ("train", "validation", "test")
 SPLIT_COLUMN = "split"
@@ -21,8 +23,19 @@ class LabelSpec:
     view: str
     """Feature view whose source rows are the entity rows (it is never served online)."""
     label: str
-    """Field of `view` holding the label (0/1); rows where it is null are left out."""
+    """Field of `view` holding the label; rows where it is null are left out."""
     event_timestamp: str = "event_timestamp"
+    task: str = BINARY.name
+    """What the label is (`ml.task`): 0/1, read as int64 (binary), or a number, read as
+    float64 (regression)."""
+
+    def __post_init__(self) -> None:
+        task_named(self.task)
+
+    @property
+    def dtype(self) -> str:
+        """The label column's dtype in a training set."""
+        return "int64" if self.task == BINARY.name else "float64"
 
 
 @dataclass(frozen=True)
@@ -70,12 +83,18 @@ class TrainingSetSummary:
 
     rows: dict[str, int]
     positives: dict[str, int]
+    """Rows whose label is 1, per split (binary); empty for a regression."""
     unlabelled_rows: int
     null_features: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
+    label_mean: dict[str, float] = field(default_factory=dict)
+    """Mean label per split with rows."""
 
     def positive_rate(self, split: str) -> float | None:
-        return self.positives[split] / self.rows[split] if self.rows[split] else None
+        """Share of the split's rows whose label is 1; None without rows or for a regression."""
+        if split not in self.positives or not self.rows[split]:
+            return None
+        return self.positives[split] / self.rows[split]
 
 
 def labelled_rows(
@@ -89,7 +108,9 @@ def labelled_rows(
         raise ValueError(f"label view {spec.view!r} lacks the entity column(s) {missing}")
     labelled = rows.loc[rows[spec.label].notna(), [*join_keys, spec.event_timestamp, spec.label]]
     ordered = labelled.sort_values([spec.event_timestamp, *join_keys], kind="stable")
-    return ordered.reset_index(drop=True).astype({spec.label: "int64"}), len(rows) - len(labelled)
+    return ordered.reset_index(drop=True).astype({spec.label: spec.dtype}), len(rows) - len(
+        labelled
+    )
 
 
 def assemble(
@@ -102,14 +123,16 @@ def assemble(
     """The training set (features, label, split) and its summary."""
     frame = joined.assign(**{SPLIT_COLUMN: split.assign(joined[spec.event_timestamp])})
     rows = frame[SPLIT_COLUMN].value_counts()
-    positives = frame.groupby(SPLIT_COLUMN, observed=True)[spec.label].sum()
+    labels = frame.groupby(SPLIT_COLUMN, observed=True)[spec.label]
+    positives, means = labels.sum(), labels.mean()
     nulls = frame[feature_columns].isna().sum()
     summary = TrainingSetSummary(
         rows={s: int(rows.get(s, 0)) for s in SPLITS},
-        positives={s: int(positives.get(s, 0)) for s in SPLITS},
+        positives={s: int(positives.get(s, 0)) for s in SPLITS} if spec.task == BINARY.name else {},
         unlabelled_rows=unlabelled_rows,
         null_features={str(c): int(n) for c, n in nulls.items() if n},
         fingerprint=fingerprint(frame),
+        label_mean={s: float(means[s]) for s in SPLITS if s in means.index},
     )
     return frame, summary
 

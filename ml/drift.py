@@ -1,20 +1,25 @@
 """Data drift: how far a day's model inputs and scores have moved from what the model learned.
 
 The reference is a seeded sample of the training split, kept with the model (its raw feature
-values and the served model's probability for each row). A day is compared column by column:
+values and the served model's score for each row: its output, a probability or a predicted value,
+`ml.task`). A day is compared column by column:
 
 - the population stability index (PSI), on the reference's deciles for numbers (missing values
   are a bin of their own) and on the reference's categories for strings (plus one bin for
   categories the reference never saw, one for missing);
 - the two-sample Kolmogorov-Smirnov statistic and p-value, for numbers and the score.
 
+The score is measured as any number: its PSI bins are the reference's deciles, so a predicted
+value of any range is binned as a probability is.
+
 Each column gets a level, `ok`, `warn` or `fail`, from configured thresholds. The comparison is a
 drift event when the score fails: what the model outputs has moved. Features that fail while the
-score holds are a warning. On the bundled data that is the line between signal and noise: a week's
-weather, calendar and trailing-delay features always differ from the training weeks' (PSI above 1
-for half of them in the very next week), while the score's PSI stays under 0.04 through the winter
-and passes 4 on a summer week. A single day is too noisy even for the score (0.02 to 1.3 in one
-winter week), so callers compare a window of days. Plain numpy/pandas/scipy; no Dagster.
+score holds are a warning. On the bundled binary use case that is the line between signal and
+noise: a week's conditions, calendar and trailing-history features always differ from the
+training weeks' (PSI above 1 for half of them in the very next week), while the score's PSI stays
+under 0.04 through the winter and passes 4 on a summer week. A single day is too noisy even for
+the score (0.02 to 1.3 in one winter week), so callers compare a window of days. Plain
+numpy/pandas/scipy; no Dagster.
 """
 
 import math
@@ -26,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 SCORE = "probability"
-"""The reference's and the predictions' column with the model's score."""
+"""The reference's and the day's column with the model's score (its output, whatever the task:
+the name is kept for the references already stored)."""
 REFERENCE_ROWS = 20_000
 """Rows of the training split kept as the reference: enough for stable deciles, small to ship."""
 _SMOOTHING = 0.5

@@ -1,15 +1,18 @@
 """A trained model → one ONNX file that serving runs as it is.
 
-The served graph takes raw feature values and returns P(label = 1): the preprocessing
+The served graph takes raw feature values and returns the task's output (`ml.task`): P(label =
+1) for a binary classifier, the label's predicted value for a regression. The preprocessing
 (`ml.data.Preprocessor`) is inside it, so serving needs nothing but onnxruntime and cannot drift
 from training. Numbers are standardized in double precision, exactly as `Preprocessor.inputs`
 does, then cast to float; categories are looked up with `ai.onnx.ml` LabelEncoder (the train
 vocabulary, 0 for anything else); the network is exported by torch's torch.export-based
-exporter and a Sigmoid closes the graph.
+exporter, and the graph closes with a Sigmoid (binary) or with the label's de-standardization,
+output * std + mean in float (regression).
 
     numeric      tensor(double) [batch, len(preprocessor.numeric)]      NaN = missing
     categorical  tensor(string) [batch, len(preprocessor.categorical)]  "" = missing
-    probability  tensor(float)  [batch]
+    probability  tensor(float)  [batch]    binary
+    prediction   tensor(float)  [batch]    regression
 
 An input group with no features is left out of the graph.
 """
@@ -35,9 +38,11 @@ from ml.predict import (
     CATEGORICAL_FEATURES,
     INPUT_CATEGORICAL,
     INPUT_NUMERIC,
+    LABEL_MEAN,
+    LABEL_STD,
     MISSING_CATEGORY,
     NUMERIC_FEATURES,
-    OUTPUT,
+    TASK,
 )
 
 log = logging.getLogger(__name__)
@@ -61,7 +66,7 @@ class ExportedModel:
 
 
 class _Network(nn.Module):
-    """The classifier with only the inputs that have columns: the exporter cannot trace an
+    """The network with only the inputs that have columns: the exporter cannot trace an
     input of width 0."""
 
     def __init__(self, model: nn.Module, numeric_width: int, num_categorical: int):
@@ -196,12 +201,25 @@ def served_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
             columns.append(f"category_{i}_column")
         initializers.append(numpy_helper.from_array(np.asarray([1], dtype="int64"), "column_axis"))
         nodes.append(helper.make_node("Concat", columns, [renamed[INPUT_CATEGORICAL]], axis=1))
-    nodes += [*graph.node, helper.make_node("Sigmoid", [logit], [OUTPUT])]
+    output = preprocessor.task.output
+    nodes += graph.node
+    target = preprocessor.target
+    if target is None:
+        nodes.append(helper.make_node("Sigmoid", [logit], [output]))
+    else:
+        initializers += [
+            numpy_helper.from_array(np.asarray(target.std, dtype="float32"), "label_std"),
+            numpy_helper.from_array(np.asarray(target.mean, dtype="float32"), "label_mean"),
+        ]
+        nodes += [
+            helper.make_node("Mul", [logit, "label_std"], ["label_scaled"]),
+            helper.make_node("Add", ["label_scaled", "label_mean"], [output]),
+        ]
     served = helper.make_graph(
         nodes,
-        "delay_probability",
+        f"label_{output}",
         inputs,
-        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [_BATCH])],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, [_BATCH])],
         initializer=[*initializers, *graph.initializer],
     )
     opsets = [*network.opset_import, helper.make_opsetid("ai.onnx.ml", ML_OPSET)]
@@ -225,18 +243,22 @@ def export(
     proto = served_onnx(model, preprocessor)
     proto.producer_name = PRODUCER
     proto.producer_version = f"torch {torch.__version__}, onnx {onnx.__version__}"
+    task, target = preprocessor.task, preprocessor.target
     proto.doc_string = (
-        "P(arrival delayed) from raw feature values: input 'numeric' (double, NaN = missing)"
-        f" columns {preprocessor.numeric}; input 'categorical' (string, '' = missing) columns"
-        f" {preprocessor.categorical}; output 'probability' (float). Preprocessing is in the"
-        " graph."
+        f"{task.meaning[0].upper()}{task.meaning[1:]} from raw feature values: input 'numeric'"
+        f" (double, NaN = missing) columns {preprocessor.numeric}; input 'categorical' (string,"
+        f" '' = missing) columns {preprocessor.categorical}; output '{task.output}' (float)."
+        " Preprocessing is in the graph."
     )
+    labels = {} if target is None else {LABEL_MEAN: repr(target.mean), LABEL_STD: repr(target.std)}
     _set_properties(
         proto,
         {
             **properties,
             NUMERIC_FEATURES: json.dumps(preprocessor.numeric),
             CATEGORICAL_FEATURES: json.dumps(preprocessor.categorical),
+            TASK: task.name,
+            **labels,
         },
     )
     onnx.checker.check_model(proto, full_check=True)
@@ -312,19 +334,21 @@ def parity(
     rtol: float = 1e-3,
     atol: float = 1e-5,
 ) -> ParityReport:
-    """The ONNX file's probabilities (`ml.predict.Scorer`) against `ml.train.probabilities`.
+    """The ONNX file's outputs (`ml.predict.Scorer`) against `ml.train.predictions`, both in
+    the output's units: probabilities, or the label's units for a regression (there `atol` is
+    in the label's units too: scale it with the label's standard deviation).
 
     ONNX scores the whole frame in one run, then in chunks of each batch size; batch sizes
     under 64 score only the first `PARITY_SMALL_BATCH_ROWS` rows. A row mismatches unless
     |onnx - torch| <= atol + rtol * |torch| (a NaN always mismatches); a row counts once
     however many runs it fails."""
     from ml.predict import Scorer
-    from ml.train import probabilities
+    from ml.train import predictions
 
     if len(frame) == 0:
         raise ValueError("parity needs at least one row")
     scorer = Scorer.load(onnx_path)
-    reference = np.asarray(probabilities(model, preprocessor, frame), dtype="float64")
+    reference = np.asarray(predictions(model, preprocessor, frame), dtype="float64")
     runs = [(0, scorer.predict(frame))]
     for size in batch_sizes:
         rows = len(frame) if size >= 64 else min(len(frame), PARITY_SMALL_BATCH_ROWS)

@@ -1,6 +1,11 @@
 """Whether a challenger model may replace the champion: it must clear an absolute bar and not
 regress against the champion, overall or on any slice both evaluated.
 
+A binary classifier is judged by `GatePolicy` (ROC AUC, calibration and the other probability
+metrics, with tolerances in the metrics' own units); a regression by `RegressionGatePolicy`
+(RMSE, MAE and R², lower error is better, with tolerances as fractions of the champion's error,
+so that one policy fits a label of any scale), and optionally against a baseline forecast.
+
 Every comparison is written so that NaN fails it (`value >= floor` is False for NaN): a metric
 that could not be computed can never let a model through.
 """
@@ -9,11 +14,15 @@ import datetime as dt
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from ml.metrics import BinaryMetrics, Evaluation, SliceMetrics
+from ml.metrics import BinaryMetrics, Evaluation, Metrics, RegressionMetrics, SliceMetrics
+from ml.task import BINARY, REGRESSION
 
 RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+"""The rules a binary classifier is judged by, in order."""
+REGRESSION_RULES = (*RULES, "beats_baseline")
+"""The rules a regression is judged by, in order."""
 
 HIGHER_IS_BETTER = {"roc_auc": True, "average_precision": True, "log_loss": False, "brier": False}
 """The metrics the no_regression rule can compare, and which way is better for each."""
@@ -21,6 +30,11 @@ HIGHER_IS_BETTER = {"roc_auc": True, "average_precision": True, "log_loss": Fals
 
 @dataclass(frozen=True)
 class GatePolicy:
+    """The gate of a binary classifier."""
+
+    task: ClassVar[str] = BINARY.name
+    rule_names: ClassVar[tuple[str, ...]] = RULES
+
     min_roc_auc: float = 0.65
     """Absolute floor of the challenger's overall ROC AUC."""
     max_calibration_error: float = 0.1
@@ -81,6 +95,90 @@ class GatePolicy:
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
+LOWER_IS_BETTER = ("rmse", "mae")
+"""The regression metrics the no_regression rule can compare: errors, lower is better."""
+
+
+@dataclass(frozen=True)
+class RegressionGatePolicy:
+    """The gate of a regression. Ceilings and floors are in the label's units (R² has none);
+    the tolerances against the champion are fractions of the champion's error."""
+
+    task: ClassVar[str] = REGRESSION.name
+    rule_names: ClassVar[tuple[str, ...]] = REGRESSION_RULES
+
+    max_rmse: float | None = None
+    """Absolute ceiling of the challenger's overall RMSE; None: not judged."""
+    max_mae: float | None = None
+    """Absolute ceiling of the challenger's overall MAE; None: not judged."""
+    min_r2: float | None = 0.0
+    """Absolute floor of the challenger's overall R² (0 is as good as predicting the test rows'
+    mean); None: not judged."""
+    compared_metrics: tuple[str, ...] = LOWER_IS_BETTER
+    """Overall errors that must not rise above the champion's beyond their tolerance."""
+    max_rmse_rise_fraction: float = 0.02
+    """How far the overall RMSE may rise above the champion's, as a fraction of the champion's."""
+    max_mae_rise_fraction: float = 0.02
+    """How far the overall MAE may rise above the champion's, as a fraction of the champion's."""
+    max_slice_rmse_rise_fraction: float = 0.1
+    """How far the RMSE of any slice value judged for both models may rise, as a fraction of
+    the champion's RMSE on that slice value."""
+    min_slice_rows: int = 200
+    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+    require_baseline: bool = False
+    """Whether beats_baseline is judged: the challenger's RMSE must be below the baseline
+    forecast's on the rows the forecast covers, and an evaluation without a baseline fails."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
+        for name in ("max_rmse", "max_mae"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and positive, or None")
+        if self.min_r2 is not None and not -math.inf < self.min_r2 <= 1:
+            raise ValueError(f"min_r2={self.min_r2}: must be finite and at most 1, or None")
+        for name in (
+            "max_rmse_rise_fraction",
+            "max_mae_rise_fraction",
+            "max_slice_rmse_rise_fraction",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and not negative")
+        if self.min_slice_rows < 1:
+            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        unknown = [m for m in self.compared_metrics if m not in LOWER_IS_BETTER]
+        if unknown or not self.compared_metrics:
+            raise ValueError(
+                f"compared_metrics={self.compared_metrics}: must be some of {LOWER_IS_BETTER}"
+            )
+        if len(set(self.compared_metrics)) != len(self.compared_metrics):
+            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
+
+    def tolerance(self, metric: str) -> float:
+        """How far `metric` may rise above the champion's, as a fraction of the champion's."""
+        return getattr(self, f"max_{metric}_rise_fraction")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, **asdict(self), "compared_metrics": list(self.compared_metrics)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "RegressionGatePolicy":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+Policy = GatePolicy | RegressionGatePolicy
+"""A gate policy of any task."""
+
+
+def policy_from_dict(values: dict[str, Any]) -> Policy:
+    """The policy of a `to_dict` output: a regression policy names its task; a dict that names
+    none is a binary one."""
+    if values.get("task", BINARY.name) == REGRESSION.name:
+        return RegressionGatePolicy.from_dict(values)
+    return GatePolicy.from_dict(values)
+
+
 @dataclass(frozen=True)
 class RuleResult:
     rule: str
@@ -96,7 +194,7 @@ class GateReport:
     passed: bool
     decision: Literal["promote", "reject"]
     rules: list[RuleResult]
-    policy: GatePolicy
+    policy: Policy
     challenger: Evaluation
     champion: Evaluation | None
     champion_version: str | None
@@ -114,7 +212,7 @@ class GateReport:
         for result in self.rules:
             if result.rule == name:
                 return result
-        raise KeyError(f"no rule {name!r}; the rules are {RULES}")
+        raise KeyError(f"no rule {name!r}; the rules are {self.policy.rule_names}")
 
     def to_json(self) -> str:
         """JSON without NaN (it becomes null and comes back as NaN)."""
@@ -145,7 +243,7 @@ class GateReport:
             passed=values["passed"],
             decision=decision,
             rules=[RuleResult(**r) for r in values["rules"]],
-            policy=GatePolicy.from_dict(values["policy"]),
+            policy=policy_from_dict(values["policy"]),
             challenger=Evaluation.from_dict(values["challenger"]),
             champion=None
             if values["champion"] is None
@@ -159,18 +257,33 @@ class GateReport:
 def decide(
     challenger: Evaluation,
     champion: Evaluation | None,
-    policy: GatePolicy,
+    policy: Policy,
     *,
     champion_version: str | None = None,
     subject: str = "",
 ) -> GateReport:
-    """Judge the challenger by every rule in `RULES`; it is promoted only if all pass."""
-    rules = [
-        finite_metrics(challenger, policy),
-        absolute_floor(challenger, policy),
-        no_regression(challenger, champion, policy),
-        no_slice_regression(challenger, champion, policy),
-    ]
+    """Judge the challenger by every rule of the policy (`policy.rule_names`); it is promoted
+    only if all pass. The evaluations must be of the policy's task."""
+    for name, evaluation in (("challenger", challenger), ("champion", champion)):
+        if evaluation is not None and evaluation.task != policy.task:
+            raise ValueError(
+                f"{name}: a {evaluation.task} evaluation cannot be judged by a {policy.task} policy"
+            )
+    if isinstance(policy, RegressionGatePolicy):
+        rules = [
+            finite_metrics(challenger, policy),
+            regression_absolute_floor(challenger, policy),
+            regression_no_regression(challenger, champion, policy),
+            regression_no_slice_regression(challenger, champion, policy),
+            beats_baseline(challenger, policy),
+        ]
+    else:
+        rules = [
+            finite_metrics(challenger, policy),
+            absolute_floor(challenger, policy),
+            no_regression(challenger, champion, policy),
+            no_slice_regression(challenger, champion, policy),
+        ]
     passed = all(r.passed for r in rules)
     return GateReport(
         passed=passed,
@@ -189,18 +302,28 @@ def _num(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else str(value).replace("nan", "NaN")
 
 
-def _metric_values(metrics: BinaryMetrics) -> dict[str, float]:
+def _metric_values(metrics: Metrics) -> dict[str, float]:
     return {k: v for k, v in metrics.as_dict().items() if k != "rows"}
 
 
-def _eligible(found: SliceMetrics | None, policy: GatePolicy) -> BinaryMetrics | None:
+def _eligible(found: SliceMetrics | None, policy: Policy) -> Metrics | None:
     """The slice's metrics when it is judged: evaluated, and with enough rows for the policy."""
     if found is None or found.metrics is None or found.rows < policy.min_slice_rows:
         return None
     return found.metrics
 
 
-def finite_metrics(challenger: Evaluation, policy: GatePolicy) -> RuleResult:
+def _binary(metrics: Metrics | None) -> BinaryMetrics:
+    assert isinstance(metrics, BinaryMetrics)  # decide checked the evaluations' task
+    return metrics
+
+
+def _regression(metrics: Metrics | None) -> RegressionMetrics:
+    assert isinstance(metrics, RegressionMetrics)  # decide checked the evaluations' task
+    return metrics
+
+
+def finite_metrics(challenger: Evaluation, policy: Policy) -> RuleResult:
     """Every overall metric, and every metric of every judged slice, is a finite number."""
     judged = [(s.label, m) for s in challenger.slices if (m := _eligible(s, policy)) is not None]
     failures = [
@@ -231,7 +354,7 @@ def _within(
 
 def absolute_floor(challenger: Evaluation, policy: GatePolicy) -> RuleResult:
     """Overall ROC AUC at least `min_roc_auc`, calibration error at most `max_calibration_error`."""
-    overall = challenger.overall
+    overall = _binary(challenger.overall)
     checks = [
         _within("roc_auc", overall.roc_auc, policy.min_roc_auc, "floor"),
         _within(
@@ -269,7 +392,7 @@ def no_regression(
     positive counts differ) cannot be compared either."""
     if champion is None:
         return RuleResult("no_regression", True, "no champion yet: only the absolute floor applies")
-    ours, theirs = challenger.overall, champion.overall
+    ours, theirs = _binary(challenger.overall), _binary(champion.overall)
     if ours.rows != theirs.rows or ours.positive_rate != theirs.positive_rate:
         line = (
             f"evaluated on different test sets: {ours.rows:,} rows at positive rate "
@@ -304,16 +427,11 @@ def no_slice_regression(
         return RuleResult(
             "no_slice_regression", True, "no champion yet: only the absolute floor applies"
         )
-    theirs = {(s.slice, s.value): s for s in champion.slices}
-    failures, compared, skipped = [], 0, 0
+    failures = []
     tolerance = policy.max_slice_roc_auc_drop
-    for ours in challenger.slices:
-        mine = _eligible(ours, policy)
-        best = _eligible(theirs.get((ours.slice, ours.value)), policy)
-        if mine is None or best is None:
-            skipped += 1
-            continue
-        compared += 1
+    pairs, compared, skipped = _slice_pairs(challenger, champion, policy)
+    for ours, judged, reference in pairs:
+        mine, best = _binary(judged), _binary(reference)
         if not _no_worse(mine.roc_auc, best.roc_auc, True, tolerance):
             failures.append(
                 f"{ours.label}: roc_auc {_change(best.roc_auc, mine.roc_auc, True, tolerance)}, "
@@ -325,3 +443,154 @@ def no_slice_regression(
     else:
         summary = f"no slice lost more than {tolerance:.3f} roc_auc; " + counts
     return RuleResult("no_slice_regression", not failures, summary, failures)
+
+
+def _slice_pairs(
+    challenger: Evaluation, champion: Evaluation, policy: Policy
+) -> tuple[list[tuple[SliceMetrics, Metrics, Metrics]], int, int]:
+    """The slice values judged in both evaluations, each as (the challenger's slice, its
+    metrics, the champion's metrics); and how many were compared and skipped."""
+    theirs = {(s.slice, s.value): s for s in champion.slices}
+    pairs = []
+    for ours in challenger.slices:
+        judged = _eligible(ours, policy)
+        reference = _eligible(theirs.get((ours.slice, ours.value)), policy)
+        if judged is not None and reference is not None:
+            pairs.append((ours, judged, reference))
+    return pairs, len(pairs), len(challenger.slices) - len(pairs)
+
+
+def _amount(value: float) -> str:
+    """A value in the label's units, whatever their scale: four significant digits."""
+    return f"{value:.4g}" if math.isfinite(value) else str(value).replace("nan", "NaN")
+
+
+def _bar(
+    name: str, value: float, limit: float, kind: Literal["floor", "ceiling"]
+) -> tuple[bool, str]:
+    """(passed, e.g. "rmse 12.31 > ceiling 10"); NaN and infinities never pass."""
+    if kind == "floor":
+        ok, holds, breaks = value >= limit, "≥", "<"
+    else:
+        ok, holds, breaks = value <= limit, "≤", ">"
+    ok = ok and math.isfinite(value)
+    relation = holds if ok else breaks if math.isfinite(value) else f"not {holds}"
+    return ok, f"{name} {_amount(value)} {relation} {kind} {_amount(limit)}"
+
+
+def regression_absolute_floor(challenger: Evaluation, policy: RegressionGatePolicy) -> RuleResult:
+    """Overall RMSE and MAE at most `max_rmse` and `max_mae`, R² at least `min_r2`; a bar the
+    policy leaves at None is not judged."""
+    overall = _regression(challenger.overall)
+    bars: list[tuple[str, float, float | None, Literal["floor", "ceiling"]]] = [
+        ("rmse", overall.rmse, policy.max_rmse, "ceiling"),
+        ("mae", overall.mae, policy.max_mae, "ceiling"),
+        ("r2", overall.r2, policy.min_r2, "floor"),
+    ]
+    checks = [
+        _bar(name, value, limit, kind) for name, value, limit, kind in bars if limit is not None
+    ]
+    if not checks:
+        return RuleResult("absolute_floor", True, "no absolute bar in the policy")
+    failures = [line for ok, line in checks if not ok]
+    summary = "; ".join(failures) if failures else "; ".join(line for _, line in checks)
+    return RuleResult("absolute_floor", not failures, summary, failures)
+
+
+def _rise(champion: float, challenger: float, tolerance: float) -> str:
+    """E.g. "10.2 → 10.9 (+6.9% > 2.0%)"."""
+    if not (math.isfinite(challenger) and math.isfinite(champion)):
+        return f"{_amount(champion)} → {_amount(challenger)} (not comparable)"
+    if champion == 0:
+        return f"0 → {_amount(challenger)} (any rise of a perfect champion's error)"
+    return (
+        f"{_amount(champion)} → {_amount(challenger)}"
+        f" ({(challenger - champion) / champion:+.1%} > {tolerance:.1%})"
+    )
+
+
+def _error_no_worse(challenger: float, champion: float, tolerance: float) -> bool:
+    """The challenger's error at most the champion's times (1 + tolerance); False for NaN."""
+    return challenger <= champion * (1 + tolerance)
+
+
+def regression_no_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: RegressionGatePolicy
+) -> RuleResult:
+    """Each compared overall error at most the champion's times (1 + its tolerance).
+
+    A NaN error of the champion cannot be compared and fails the rule; so do evaluations of
+    different test sets (row counts or label means differ)."""
+    if champion is None:
+        return RuleResult("no_regression", True, "no champion yet: only the absolute floor applies")
+    ours, theirs = _regression(challenger.overall), _regression(champion.overall)
+    if ours.rows != theirs.rows or ours.label_mean != theirs.label_mean:
+        line = (
+            f"evaluated on different test sets: {ours.rows:,} rows of mean label"
+            f" {_amount(ours.label_mean)} vs the champion's {theirs.rows:,} of mean label"
+            f" {_amount(theirs.label_mean)}"
+        )
+        return RuleResult("no_regression", False, line, [line])
+    failures = []
+    for name in policy.compared_metrics:
+        mine, best = getattr(ours, name), getattr(theirs, name)
+        tolerance = policy.tolerance(name)
+        if not math.isfinite(best):
+            failures.append(f"{name}: the champion's is {_amount(best)}, cannot compare")
+        elif not _error_no_worse(mine, best, tolerance):
+            failures.append(f"{name} {_rise(best, mine, tolerance)}")
+    if failures:
+        summary = f"worse than champion: {'; '.join(failures)}"
+    else:
+        summary = "no worse than champion within tolerance: " + ", ".join(
+            f"{name} {_amount(getattr(theirs, name))} → {_amount(getattr(ours, name))}"
+            for name in policy.compared_metrics
+        )
+    return RuleResult("no_regression", not failures, summary, failures)
+
+
+def regression_no_slice_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: RegressionGatePolicy
+) -> RuleResult:
+    """In every slice value judged in both evaluations, the RMSE rises by at most
+    `max_slice_rmse_rise_fraction` of the champion's; values judged in only one (or neither)
+    are counted as skipped."""
+    if champion is None:
+        return RuleResult(
+            "no_slice_regression", True, "no champion yet: only the absolute floor applies"
+        )
+    failures = []
+    tolerance = policy.max_slice_rmse_rise_fraction
+    pairs, compared, skipped = _slice_pairs(challenger, champion, policy)
+    for ours, judged, reference in pairs:
+        mine, best = _regression(judged), _regression(reference)
+        if not _error_no_worse(mine.rmse, best.rmse, tolerance):
+            failures.append(
+                f"{ours.label}: rmse {_rise(best.rmse, mine.rmse, tolerance)}, {ours.rows:,} rows"
+            )
+    counts = f"{compared} slices compared, {skipped} skipped (too few rows or one label value)"
+    if failures:
+        summary = f"{len(failures)} slices' rmse rose more than {tolerance:.1%}: " + counts
+    else:
+        summary = f"no slice's rmse rose more than {tolerance:.1%}; " + counts
+    return RuleResult("no_slice_regression", not failures, summary, failures)
+
+
+def beats_baseline(challenger: Evaluation, policy: RegressionGatePolicy) -> RuleResult:
+    """When the policy requires it, the challenger's RMSE is below the baseline forecast's on
+    the rows the forecast covers; an evaluation without a baseline fails."""
+    comparison = challenger.baseline
+    if comparison is None:
+        if not policy.require_baseline:
+            return RuleResult("beats_baseline", True, "not required by the policy")
+        line = "the evaluation has no baseline to compare with"
+        return RuleResult("beats_baseline", False, line, [line])
+    ours, theirs = _regression(comparison.model), _regression(comparison.baseline)
+    ok = ours.rmse < theirs.rmse  # False for NaN
+    line = (
+        f"rmse {_amount(ours.rmse)} {'<' if ok else 'not <'} the baseline's"
+        f" {_amount(theirs.rmse)} on the {theirs.rows:,} rows it covers"
+    )
+    if not policy.require_baseline:
+        return RuleResult("beats_baseline", True, f"not required by the policy; {line}")
+    return RuleResult("beats_baseline", ok, line, [] if ok else [line])

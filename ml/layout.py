@@ -294,7 +294,7 @@ def _write(cache: Path, entries: dict) -> None:
 
 def _run_probe(spec: dict, out: Path) -> None:
     """One probe process: `ml.train`'s loop on random rows of the probe's shapes, timed."""
-    from ml.model import DelayClassifier
+    from ml.model import TabularNet
     from ml.train import (
         autocast_dtype,
         data_parallel,
@@ -315,7 +315,7 @@ def _run_probe(spec: dict, out: Path) -> None:
         autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
         shards = Shards(probe.train_rows, ranks.world_size, config.seed)
         data = _random_rows(probe)
-        model = DelayClassifier(probe.numeric_width, list(probe.cardinalities), config.model)
+        model = TabularNet(probe.numeric_width, list(probe.cardinalities), config.model)
         model = model.to(ranks.device)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay

@@ -1,12 +1,16 @@
-"""Quality of a binary classifier's probabilities on one split, overall and per slice."""
+"""Quality of a model's scores on one split, overall and per slice: a binary classifier's
+probabilities (`BinaryMetrics`) or a regression's predictions (`RegressionMetrics`)."""
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+
+from ml.task import BINARY, REGRESSION, task_named
 
 MISSING = "(missing)"
 """Slice value of rows whose slice column is empty."""
@@ -42,14 +46,56 @@ class BinaryMetrics:
     def from_dict(cls, values: Mapping[str, Any]) -> "BinaryMetrics":
         """The inverse of `as_dict`; a metric that is None or absent becomes NaN, so a metric
         lost on the way (or not computed by an older version) can never look good."""
-        metrics = {
-            f.name: _float_or_nan(values.get(f.name)) for f in fields(cls) if f.name != "rows"
-        }
-        return cls(rows=int(values["rows"]), **metrics)
+        return _metrics_from_dict(cls, values)
+
+
+@dataclass(frozen=True)
+class RegressionMetrics:
+    rows: int
+    label_mean: float
+    """Mean of the labels: with `rows`, what tells evaluations of different rows apart."""
+    rmse: float
+    """Root mean squared error, in the label's units."""
+    mae: float
+    """Mean absolute error, in the label's units."""
+    r2: float
+    """1 - squared error / squared deviation of the labels from their mean: 0 is predicting
+    that mean, 1 is perfect. NaN when the labels are all equal."""
+    mean_error: float
+    """Mean of prediction - label (the bias): positive when the model predicts too high."""
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RegressionMetrics":
+        """The inverse of `as_dict`; a metric that is None or absent becomes NaN."""
+        return _metrics_from_dict(cls, values)
+
+
+Metrics = BinaryMetrics | RegressionMetrics
+"""One task's metrics."""
+METRICS: dict[str, type[BinaryMetrics] | type[RegressionMetrics]] = {
+    BINARY.name: BinaryMetrics,
+    REGRESSION.name: RegressionMetrics,
+}
+"""The metrics of each task, by task name."""
+
+_M = TypeVar("_M", BinaryMetrics, RegressionMetrics)
+
+
+def _metrics_from_dict(cls: type[_M], values: Mapping[str, Any]) -> _M:
+    metrics = {f.name: _float_or_nan(values.get(f.name)) for f in fields(cls) if f.name != "rows"}
+    return cls(rows=int(values["rows"]), **metrics)
 
 
 def _float_or_nan(value: Any) -> float:
     return math.nan if value is None else float(value)
+
+
+def task_of(metrics: Metrics) -> str:
+    """The name of the task `metrics` measure."""
+    return REGRESSION.name if isinstance(metrics, RegressionMetrics) else BINARY.name
 
 
 def _checked(labels: Any, probabilities: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +162,35 @@ def best_threshold(labels: np.ndarray, probabilities: np.ndarray) -> float:
     return float(ranked[ends[int(np.argmax(f1))]])  # argmax: first = highest threshold
 
 
+def _checked_numbers(labels: Any, predictions: Any) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.asarray(labels, dtype="float64")
+    predictions = np.asarray(predictions, dtype="float64")
+    if len(labels) != len(predictions) or len(labels) == 0:
+        raise ValueError(f"{len(labels)} labels for {len(predictions)} predictions")
+    for name, values in (("labels", labels), ("predictions", predictions)):
+        bad = int((~np.isfinite(values)).sum())
+        if bad:
+            raise ValueError(f"{bad} {name} are NaN or infinite")
+    return labels, predictions
+
+
+def regression_metrics(labels: np.ndarray, predictions: np.ndarray) -> RegressionMetrics:
+    """Metrics of predicted values against the labels; refuses empty inputs and NaN or infinite
+    labels or predictions."""
+    labels, predictions = _checked_numbers(labels, predictions)
+    errors = predictions - labels
+    spread = float(np.square(labels - labels.mean()).sum())
+    squared = float(np.square(errors).sum())
+    return RegressionMetrics(
+        rows=len(labels),
+        label_mean=float(labels.mean()),
+        rmse=math.sqrt(squared / len(labels)),
+        mae=float(np.abs(errors).mean()),
+        r2=1 - squared / spread if spread > 0 else math.nan,
+        mean_error=float(errors.mean()),
+    )
+
+
 @dataclass(frozen=True)
 class CalibrationBin:
     lower: float
@@ -170,7 +245,7 @@ class SliceSpec:
     """A way of cutting the rows into slices evaluated separately."""
 
     name: str
-    """Short name of the slice, e.g. "carrier"."""
+    """Short name of the slice, e.g. "region"."""
     column: str
     """Column of the evaluated frame that the slice is read from."""
     edges: tuple[float, ...] = ()
@@ -233,15 +308,31 @@ class SliceMetrics:
     """`SliceSpec.name`."""
     value: str
     rows: int
-    positives: int
-    metrics: BinaryMetrics | None
+    positives: int | None
+    """Rows whose label is 1 (binary); None for regression."""
+    metrics: Metrics | None
     """None when the slice was skipped."""
     skipped: str | None = None
-    """Why the slice was not evaluated: too few rows or a single class."""
+    """Why the slice was not evaluated: too few rows, or a single class or label value."""
 
     @property
     def label(self) -> str:
         return f"{self.slice}={self.value}"
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """A reference forecast (e.g. a seasonal-naive one) and the model, on the same rows: those
+    the forecast has a value for."""
+
+    baseline: Metrics
+    model: Metrics
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": _nan_to_none(self.baseline.as_dict()),
+            "model": _nan_to_none(self.model.as_dict()),
+        }
 
 
 def _nan_to_none(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -252,10 +343,18 @@ def _nan_to_none(values: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Evaluation:
-    overall: BinaryMetrics
+    overall: Metrics
     slices: list[SliceMetrics] = field(default_factory=list)
     calibration: list[CalibrationBin] = field(default_factory=list)
-    """10 equal-width bins, empty ones omitted."""
+    """10 equal-width bins, empty ones omitted (binary; empty for regression)."""
+    baseline: BaselineComparison | None = None
+    """A reference forecast's metrics and the model's, on the rows the forecast covers, when
+    one was given: what the model should beat."""
+
+    @property
+    def task(self) -> str:
+        """The name of the task evaluated (`ml.task`)."""
+        return task_of(self.overall)
 
     def slice(self, name: str, value: str) -> SliceMetrics:
         for found in self.slices:
@@ -264,8 +363,10 @@ class Evaluation:
         raise KeyError(f"no slice {name}={value}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe values: NaN and infinities become None."""
-        return {
+        """Plain JSON-safe values: NaN and infinities become None. `task` is written for tasks
+        other than binary, `baseline` when there is one: a document without `task` is binary."""
+        out: dict[str, Any] = {} if self.task == BINARY.name else {"task": self.task}
+        out |= {
             "overall": _nan_to_none(self.overall.as_dict()),
             "slices": [
                 {
@@ -280,19 +381,24 @@ class Evaluation:
             ],
             "calibration": [_nan_to_none(asdict(b)) for b in self.calibration],
         }
+        if self.baseline is not None:
+            out["baseline"] = self.baseline.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Evaluation":
         """The inverse of `to_dict`; None metrics come back as NaN."""
+        kind = METRICS[task_named(values.get("task", BINARY.name)).name]
+        baseline = values.get("baseline")
         return cls(
-            overall=BinaryMetrics.from_dict(values["overall"]),
+            overall=kind.from_dict(values["overall"]),
             slices=[
                 SliceMetrics(
                     slice=s["slice"],
                     value=s["value"],
                     rows=int(s["rows"]),
-                    positives=int(s["positives"]),
-                    metrics=None if s["metrics"] is None else BinaryMetrics.from_dict(s["metrics"]),
+                    positives=None if s["positives"] is None else int(s["positives"]),
+                    metrics=None if s["metrics"] is None else kind.from_dict(s["metrics"]),
                     skipped=s.get("skipped"),
                 )
                 for s in values["slices"]
@@ -307,27 +413,56 @@ class Evaluation:
                 )
                 for b in values["calibration"]
             ],
+            baseline=None
+            if baseline is None
+            else BaselineComparison(
+                baseline=kind.from_dict(baseline["baseline"]),
+                model=kind.from_dict(baseline["model"]),
+            ),
         )
 
 
 def evaluate(
     labels: np.ndarray,
-    probabilities: np.ndarray,
+    scores: np.ndarray,
     frame: pd.DataFrame,
     slices: Sequence[SliceSpec],
-    threshold: float,
-    min_slice_rows: int,
+    threshold: float | None = None,
+    min_slice_rows: int = 1,
+    *,
+    task: str = BINARY.name,
+    baseline: np.ndarray | None = None,
 ) -> Evaluation:
-    """Metrics overall and per slice value, all at `threshold`, with the calibration bins.
+    """Metrics of `scores` against `labels` overall and per slice value, for the task named
+    `task`: probabilities at `threshold`, with the calibration bins (binary), or predicted
+    values (regression, no threshold). `baseline`, when given, holds a reference forecast's
+    scores of the same rows, NaN where it has none: it and the model are evaluated overall on
+    the rows where it has one (`BaselineComparison`).
 
     `frame` holds the slice columns, row i describing labels[i]. A slice value with fewer than
-    `min_slice_rows` rows or a single class is skipped: its metrics are None and `skipped` says
-    why."""
+    `min_slice_rows` rows, or a single class (binary) or label value (regression), is skipped:
+    its metrics are None and `skipped` says why."""
+    binary = task_named(task) == BINARY
+    if binary:
+        if threshold is None:
+            raise ValueError("threshold: a binary evaluation needs one")
+        labels, scores = _checked(labels, scores)
+        measure = functools.partial(binary_metrics, threshold=threshold)
+    else:
+        if threshold is not None:
+            raise ValueError(f"threshold={threshold}: a {task} evaluation has none")
+        labels, scores = _checked_numbers(labels, scores)
+        measure = regression_metrics
     if min_slice_rows < 1:
         raise ValueError(f"min_slice_rows={min_slice_rows}: must be at least 1")
-    labels, probabilities = _checked(labels, probabilities)
     if len(frame) != len(labels):
         raise ValueError(f"frame has {len(frame)} rows for {len(labels)} labels")
+    if baseline is not None:
+        baseline = np.asarray(baseline, dtype="float64")
+        if len(baseline) != len(labels):
+            raise ValueError(f"baseline has {len(baseline)} rows for {len(labels)} labels")
+        if not np.isfinite(baseline).any():
+            raise ValueError("baseline: no row has a finite value to compare with")
     names = [s.name for s in slices]
     if len(set(names)) != len(names):
         raise ValueError(f"slices: names {names} are not distinct")
@@ -339,24 +474,40 @@ def evaluate(
         values = spec.values(frame[spec.column])
         for value in _ordered(spec, values):
             inside = values == value
-            rows, positives = int(inside.sum()), int(labels[inside].sum())
-            if rows < min_slice_rows:
-                skipped = f"{rows:,} rows < {min_slice_rows:,}"
-            elif positives in (0, rows):
-                skipped = f"one class only ({positives:,} positives in {rows:,} rows)"
-            else:
-                skipped = None
-            metrics = (
-                None
-                if skipped
-                else binary_metrics(labels[inside], probabilities[inside], threshold)
-            )
-            evaluated.append(SliceMetrics(spec.name, value, rows, positives, metrics, skipped))
+            ours = labels[inside]
+            positives = int(ours.sum()) if binary else None
+            skipped = _skip_reason(ours, positives, min_slice_rows)
+            metrics = None if skipped else measure(ours, scores[inside])
+            evaluated.append(SliceMetrics(spec.name, value, len(ours), positives, metrics, skipped))
     return Evaluation(
-        overall=binary_metrics(labels, probabilities, threshold),
+        overall=measure(labels, scores),
         slices=evaluated,
-        calibration=_bins(labels, probabilities, 10),
+        calibration=_bins(labels, scores, 10) if binary else [],
+        baseline=None if baseline is None else _versus(labels, scores, baseline, measure),
     )
+
+
+def _versus(
+    labels: np.ndarray, scores: np.ndarray, baseline: np.ndarray, measure: Any
+) -> BaselineComparison:
+    """The baseline and the model on the rows the baseline has a value for."""
+    covered = np.isfinite(baseline)
+    return BaselineComparison(
+        baseline=measure(labels[covered], baseline[covered]),
+        model=measure(labels[covered], scores[covered]),
+    )
+
+
+def _skip_reason(labels: np.ndarray, positives: int | None, min_rows: int) -> str | None:
+    """Why a slice with these labels (and positives, binary) is not evaluated; None if it is."""
+    rows = len(labels)
+    if rows < min_rows:
+        return f"{rows:,} rows < {min_rows:,}"
+    if positives is not None and positives in (0, rows):
+        return f"one class only ({positives:,} positives in {rows:,} rows)"
+    if positives is None and np.ptp(labels) == 0:
+        return f"one label value only ({labels[0]:g} in {rows:,} rows)"
+    return None
 
 
 def _ordered(spec: SliceSpec, values: np.ndarray) -> list[str]:

@@ -1,4 +1,4 @@
-"""The model: an MLP over standardized numbers and embedded categories, one logit out."""
+"""The model: an MLP over standardized numbers and embedded categories, one output per row."""
 
 import math
 
@@ -13,8 +13,9 @@ def embedding_dim(cardinality: int, max_dim: int) -> int:
     return min(max_dim, math.ceil(math.sqrt(cardinality)) + 1)
 
 
-class DelayClassifier(nn.Module):
-    """P(label = 1) as a logit, from `numeric` (batch, width) and `categorical` (batch, n)."""
+class TabularNet(nn.Module):
+    """One output per row from `numeric` (batch, width) and `categorical` (batch, n): a logit
+    for a binary task, the standardized label for regression (`ml.task`)."""
 
     def __init__(self, numeric_width: int, cardinalities: list[int], config: ModelConfig):
         super().__init__()

@@ -19,10 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ml.exits import EXIT_NOT_RETRYABLE
+
 log = logging.getLogger("ml.node")
 
-EXIT_NOT_RETRYABLE = 78
-"""A bad configuration or input (sysexits' EX_CONFIG): retrying cannot help."""
+__all__ = ["EXIT_NOT_RETRYABLE", "local_command", "main"]
 
 
 def local_command(processes: int, max_restarts: int = 0) -> list[str]:

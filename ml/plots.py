@@ -8,11 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from ml.metrics import BinaryMetrics, CalibrationBin, Evaluation, SliceMetrics
+from ml.metrics import METRICS, CalibrationBin, Evaluation, SliceMetrics
+from ml.task import BINARY, task_named
+
+SCATTER_POINTS = 5_000
+"""Points drawn per series in a scatter plot: a seeded sample of the rows beyond that."""
 
 
-def loss_curve(train_loss: list[float], validation_loss: list[float], best_epoch: int) -> bytes:
-    """Train and validation loss per epoch, the best epoch marked."""
+def loss_curve(
+    train_loss: list[float],
+    validation_loss: list[float],
+    best_epoch: int,
+    loss_name: str = BINARY.loss_name,
+) -> bytes:
+    """Train and validation loss per epoch, the best epoch marked; `loss_name` labels the axis
+    (`ml.task.Task.loss_name`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit
@@ -25,7 +35,7 @@ def loss_curve(train_loss: list[float], validation_loss: list[float], best_epoch
         axes.plot(epochs, validation_loss, marker="o", label="validation")
         axes.axvline(best_epoch, color="grey", linestyle="--", label=f"best (epoch {best_epoch})")
         axes.set_xlabel("epoch")
-        axes.set_ylabel("log loss")
+        axes.set_ylabel(loss_name)
         axes.legend()
         axes.grid(alpha=0.3)
         figure.tight_layout()
@@ -105,12 +115,15 @@ def calibration_plot(curves: Mapping[str, list[CalibrationBin]]) -> bytes:
 
 
 def slice_bars(
-    challenger: Evaluation, champion: Evaluation | None, metric: str = "roc_auc"
+    challenger: Evaluation, champion: Evaluation | None, metric: str | None = None
 ) -> bytes:
-    """One panel per slice, a bar per value for the challenger and, beside it, the champion;
-    skipped values have no bar and "(skipped)" under their name."""
-    if metric not in {f.name for f in fields(BinaryMetrics)}:
-        raise ValueError(f"metric={metric!r}: not a field of BinaryMetrics")
+    """One panel per slice, a bar per value of `metric` (by default the task's
+    `slice_metric`: ROC AUC, or RMSE) for the challenger and, beside it, the champion; skipped
+    values have no bar and "(skipped)" under their name."""
+    kind = METRICS[challenger.task]
+    metric = metric or task_named(challenger.task).slice_metric
+    if metric not in {f.name for f in fields(kind)}:
+        raise ValueError(f"metric={metric!r}: not a field of {kind.__name__}")
     names = list(dict.fromkeys(s.slice for s in challenger.slices))
     plt = _pyplot()
     figure, panels = plt.subplots(
@@ -153,6 +166,69 @@ def _value(found: SliceMetrics | None, metric: str) -> float:
     if found is None or found.metrics is None:
         return math.nan
     return getattr(found.metrics, metric)
+
+
+def predicted_vs_actual(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """Predicted against actual value of each named (labels, predictions) pair, the diagonal
+    of perfect predictions drawn (at most `SCATTER_POINTS` rows of each, a seeded sample)."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(5, 5), dpi=100)
+    try:
+        low, high = math.inf, -math.inf
+        for name, (labels, predictions) in curves.items():
+            actual, predicted = _sample(np.asarray(labels), np.asarray(predictions))
+            axes.scatter(actual, predicted, s=4, alpha=0.3, label=name)
+            if len(actual):
+                low = min(low, float(actual.min()), float(predicted.min()))
+                high = max(high, float(actual.max()), float(predicted.max()))
+        if low <= high:
+            axes.plot([low, high], [low, high], color="grey", linestyle="--", label="perfect")
+        axes.set_xlabel("actual")
+        axes.set_ylabel("predicted")
+        axes.legend(loc="upper left")
+        axes.grid(alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def residuals(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """Residual (prediction - label) against prediction for each named (labels, predictions)
+    pair (at most `SCATTER_POINTS` rows of each, a seeded sample), and beside it a histogram of
+    every residual."""
+    plt = _pyplot()
+    figure, (scatter, histogram) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    try:
+        errors = {
+            name: np.asarray(predictions, dtype="float64") - np.asarray(labels, dtype="float64")
+            for name, (labels, predictions) in curves.items()
+        }
+        edges = np.histogram_bin_edges(np.concatenate([np.zeros(0), *errors.values()]), bins=50)
+        for name, (_, predictions) in curves.items():
+            shown_errors, shown_predictions = _sample(errors[name], np.asarray(predictions))
+            scatter.scatter(shown_predictions, shown_errors, s=4, alpha=0.3, label=name)
+            histogram.hist(errors[name], bins=edges, histtype="step", label=name)
+        scatter.axhline(0, color="grey", linestyle="--")
+        scatter.set_xlabel("predicted")
+        scatter.set_ylabel("residual (predicted - actual)")
+        histogram.axvline(0, color="grey", linestyle="--")
+        histogram.set_xlabel("residual (predicted - actual)")
+        histogram.set_ylabel("rows")
+        for axes in (scatter, histogram):
+            axes.legend(fontsize=8)
+            axes.grid(alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def _sample(*columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The same seeded sample of at most `SCATTER_POINTS` rows of each column."""
+    rows = len(columns[0])
+    if rows <= SCATTER_POINTS:
+        return columns
+    picked = np.random.default_rng(0).choice(rows, size=SCATTER_POINTS, replace=False)
+    return tuple(column[picked] for column in columns)
 
 
 def drift_bars(

@@ -1,5 +1,6 @@
-"""Batch inference with the served ONNX graph (`ml.export`): frames of raw features in,
-probabilities out, streamed from Parquet to Parquet in bounded memory.
+"""Batch inference with the served ONNX graph (`ml.export`): frames of raw features in, the
+task's output out (a binary classifier's probabilities, a regression's predicted values),
+streamed from Parquet to Parquet in bounded memory.
 
 Importing this module is cheap; onnxruntime is imported when a model is loaded.
 """
@@ -7,6 +8,7 @@ Importing this module is cheap; onnxruntime is imported when a model is loaded.
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -23,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml.files import FILE_MODE, make_folders
+from ml.task import BINARY, REGRESSION, Task, task_named
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +35,32 @@ INPUT_NUMERIC = "numeric"
 """tensor(double) [batch, numeric features]: raw values, NaN = missing."""
 INPUT_CATEGORICAL = "categorical"
 """tensor(string) [batch, categorical features]: raw values as strings, "" = missing."""
-OUTPUT = "probability"
-"""tensor(float) [batch]."""
+OUTPUT = BINARY.output
+"""tensor(float) [batch]: a binary classifier's output; each task's is `ml.task.Task.output`."""
 MISSING_CATEGORY = ""
 NUMERIC_FEATURES = "numeric_features"
 CATEGORICAL_FEATURES = "categorical_features"
 """Metadata keys: JSON lists of the columns of each input, in order."""
+TASK = "task"
+"""Metadata key: the name of the task (`ml.task`); a graph without it is binary."""
+LABEL_MEAN = "label_mean"
+LABEL_STD = "label_std"
+"""Metadata keys of a regression: the train split's label mean and standard deviation."""
 
-PROBABILITY = "probability"
+PROBABILITY = BINARY.output
 PREDICTED = "predicted"
+"""Columns of a binary classifier's scored rows: P(label = 1), and whether it is >= the
+threshold."""
+PREDICTION = REGRESSION.output
+"""Column of a regression's scored rows: the predicted value, in the label's units."""
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 FINE_BINS = 1000
-"""Bins of [0, 1] the quantiles are read from: they are exact to 1 / FINE_BINS."""
+"""Bins the quantiles are read from: of [0, 1] for probabilities (exact to 1 / FINE_BINS); for
+predictions, at most this many over their observed range (`ScoreSummary.bin_width`)."""
 CHART_BINS = 20
+REGRESSION_START_STDS = 4.0
+"""A regression's fine bins start out spanning its training label mean ± this many standard
+deviations; they widen when the predictions spread further."""
 
 Rows = pd.DataFrame | pa.Table | pa.RecordBatch
 """Rows of features: a DataFrame, or Arrow as read from Parquet (no pandas on the way)."""
@@ -64,6 +80,8 @@ class Scorer:
     properties: dict[str, str]
     numeric_features: list[str]
     categorical_features: list[str]
+    task: Task = BINARY
+    """What the graph outputs (metadata `task`)."""
 
     @classmethod
     def load(
@@ -88,7 +106,11 @@ class Scorer:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         properties = dict(session.get_modelmeta().custom_metadata_map)
-        missing = [k for k in (NUMERIC_FEATURES, CATEGORICAL_FEATURES) if k not in properties]
+        task = task_named(properties.get(TASK, BINARY.name))
+        required = [NUMERIC_FEATURES, CATEGORICAL_FEATURES]
+        if task == REGRESSION:
+            required += [LABEL_MEAN, LABEL_STD]
+        missing = [k for k in required if k not in properties]
         if missing:
             raise ValueError(f"{path} lacks the metadata {missing}: not written by ml.export")
         return cls(
@@ -98,6 +120,7 @@ class Scorer:
             properties=properties,
             numeric_features=json.loads(properties[NUMERIC_FEATURES]),
             categorical_features=json.loads(properties[CATEGORICAL_FEATURES]),
+            task=task,
         )
 
     @property
@@ -138,15 +161,16 @@ class Scorer:
         return inputs
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """P(label = 1) for `inputs` (as `inputs` makes them), float32."""
+        """The task's output (`task.meaning`) for `inputs` (as `inputs` makes them), float32."""
         rows = len(next(iter(inputs.values())))
         if rows == 0:
             return np.empty(0, dtype="float32")
-        (probability,) = self.session.run([OUTPUT], dict(inputs))
-        return probability
+        (scores,) = self.session.run([self.task.output], dict(inputs))
+        return scores
 
     def predict(self, frame: "Rows") -> np.ndarray:
-        """P(label = 1) for every row of `frame` (raw feature columns), float32."""
+        """The task's output for every row of `frame` (raw feature columns), float32: P(label =
+        1) of a binary classifier, the predicted value of a regression."""
         return self.run(self.inputs(frame))
 
 
@@ -184,23 +208,132 @@ def _arrow(frame: "pa.Table | pa.RecordBatch", column: str) -> pa.Array:
 
 @dataclass
 class ScoreSummary:
-    """What a batch-inference run scored: counts, missing features, the probabilities'
-    distribution (quantiles to 1 / FINE_BINS, a CHART_BINS-bin histogram) and speed."""
+    """What a batch-inference run scored: counts, missing features, the distribution of the
+    scores (the task's output: probabilities or predicted values) and speed. Accumulated batch
+    by batch, nothing kept per row: the quantiles and the histogram come from at most
+    FINE_BINS bins."""
 
     rows: int
     incomplete_rows: int
     """Rows with at least one missing feature."""
     missing_by_feature: dict[str, int]
     """Missing values per feature, for features with any."""
-    mean_probability: float
+    mean: float
+    """Mean score; NaN without rows."""
     quantiles: dict[str, float]
-    """p01, p10, p50, p90, p99 of the probabilities."""
+    """p01, p10, p50, p90, p99 of the scores: each the centre of the fine bin holding it,
+    within `bin_width` / 2 of the exact quantile."""
     histogram: list[int]
-    """Rows per probability bin, CHART_BINS equal bins of [0, 1]."""
-    positive_predictions: int
+    """Rows per bin of `histogram_edges`."""
+    histogram_edges: list[float]
+    """Probabilities: CHART_BINS equal bins of [0, 1]. Predicted values: at most CHART_BINS
+    equal bins from the lowest to the highest prediction (to a fine bin)."""
+    bin_width: float
+    """Width of the fine bins. Probabilities: 1 / FINE_BINS. Predicted values: 8 training label
+    standard deviations / FINE_BINS, doubled as often as needed to hold every prediction in
+    FINE_BINS bins, so at most max(that start, 2 (max - min) / (FINE_BINS - 2))."""
+    positive_predictions: int | None
+    """Rows at or above the threshold (binary); None for a regression."""
     seconds: float
     rows_per_s: float
     path: Path
+    task: str = BINARY.name
+
+    @property
+    def mean_probability(self) -> float:
+        """`mean`, of a binary classifier's probabilities."""
+        if self.task != BINARY.name:
+            raise AttributeError(f"a {self.task} summary has no mean_probability; see mean")
+        return self.mean
+
+
+class _UnitBins:
+    """Counts of probabilities in FINE_BINS equal bins of [0, 1]."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(FINE_BINS, dtype="int64")
+
+    def add(self, values: np.ndarray) -> None:
+        index = np.clip((values * FINE_BINS).astype("int64"), 0, FINE_BINS - 1)
+        self.counts += np.bincount(index, minlength=FINE_BINS)
+
+    def quantile(self, rank: int) -> float:
+        """The centre of the bin holding the `rank`-th smallest value (from 1)."""
+        position = int(np.searchsorted(np.cumsum(self.counts), rank))
+        return (position + 0.5) / FINE_BINS
+
+    def chart(self) -> tuple[list[int], list[float]]:
+        edges = np.linspace(0.0, 1.0, CHART_BINS + 1)
+        return self.counts.reshape(CHART_BINS, -1).sum(axis=1).tolist(), edges.tolist()
+
+    @property
+    def width(self) -> float:
+        return 1 / FINE_BINS
+
+
+class GrowingHistogram:
+    """Counts of values in at most FINE_BINS equal bins that grow to hold every value.
+
+    Bin j at level k is [anchor + j w 2^k, anchor + (j + 1) w 2^k): when the values span more
+    than FINE_BINS bins, the level rises and neighbouring pairs of bins merge. The grid is
+    aligned, so the counts are those of the values' own histogram at the final level, whatever
+    the batches and their order."""
+
+    _LIMIT = 2**60
+    """Values further than this many starting bins from the anchor are counted at that
+    distance (no int64 overflow)."""
+
+    def __init__(self, anchor: float, width: float):
+        self.anchor, self.start_width = anchor, width
+        self.level = 0
+        self.first = 0
+        """Grid index (at `level`) of counts[0]."""
+        self.counts = np.zeros(0, dtype="int64")
+        self.low, self.high = math.inf, -math.inf
+
+    def add(self, values: np.ndarray) -> None:
+        if len(values) == 0:
+            return
+        values = values.astype("float64")
+        self.low = min(self.low, float(values.min()))
+        self.high = max(self.high, float(values.max()))
+        units = np.clip((values - self.anchor) / self.start_width, -self._LIMIT, self._LIMIT)
+        index = np.floor(units).astype("int64") >> self.level
+        first, last = int(index.min()), int(index.max())
+        if len(self.counts):
+            first, last = min(first, self.first), max(last, self.first + len(self.counts) - 1)
+        shift = 0
+        while (last >> shift) - (first >> shift) + 1 > FINE_BINS:
+            shift += 1
+        old = (self.first + np.arange(len(self.counts))) >> shift
+        self.level += shift
+        self.first = first >> shift
+        size = (last >> shift) - self.first + 1
+        self.counts = np.bincount(old - self.first, weights=self.counts, minlength=size).astype(
+            "int64"
+        ) + np.bincount((index >> shift) - self.first, minlength=size)
+
+    @property
+    def width(self) -> float:
+        return self.start_width * 2.0**self.level
+
+    def edge(self, position: float) -> float:
+        """The value at `position` bins from counts[0]'s lower edge."""
+        return self.anchor + (self.first + position) * self.width
+
+    def quantile(self, rank: int) -> float:
+        """The centre of the bin holding the `rank`-th smallest value (from 1), within the
+        lowest and highest values seen."""
+        position = int(np.searchsorted(np.cumsum(self.counts), rank))
+        return min(max(self.edge(position + 0.5), self.low), self.high)
+
+    def chart(self) -> tuple[list[int], list[float]]:
+        per = max(math.ceil(len(self.counts) / CHART_BINS), 1)
+        bins = math.ceil(len(self.counts) / per)
+        padded = np.zeros(bins * per, dtype="int64")
+        padded[: len(self.counts)] = self.counts
+        ends = [self.edge(min(i * per, len(self.counts))) for i in range(bins + 1)]
+        return padded.reshape(bins, per).sum(axis=1).tolist(), ends
 
 
 @dataclass
@@ -208,14 +341,31 @@ class _Tally:
     """A summary accumulated batch by batch: nothing kept per row."""
 
     features: list[str]
+    bins: _UnitBins | GrowingHistogram
+    task: Task = BINARY
+    threshold: float | None = None
     rows: int = 0
     incomplete_rows: int = 0
     positives: int = 0
     total: float = 0.0
     missing: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="int64"))
-    bins: np.ndarray = field(default_factory=lambda: np.zeros(FINE_BINS, dtype="int64"))
 
-    def add(self, inputs: Mapping[str, np.ndarray], probability: np.ndarray, threshold: float):
+    @classmethod
+    def of(cls, scorer: Scorer, threshold: float | None) -> "_Tally":
+        """The tally of `scorer`'s scores: probabilities in fixed bins of [0, 1], predicted
+        values in bins that start at the training label's mean ± REGRESSION_START_STDS."""
+        if scorer.task == BINARY:
+            return cls(scorer.features, _UnitBins(), BINARY, threshold)
+        mean = float(scorer.properties[LABEL_MEAN])
+        std = float(scorer.properties[LABEL_STD])
+        span = 2 * REGRESSION_START_STDS * std
+        return cls(
+            scorer.features,
+            GrowingHistogram(mean - span / 2, span / FINE_BINS),
+            scorer.task,
+        )
+
+    def add(self, inputs: Mapping[str, np.ndarray], scores: np.ndarray):
         absent = [
             *([np.isnan(inputs[INPUT_NUMERIC])] if INPUT_NUMERIC in inputs else []),
             *(
@@ -227,32 +377,36 @@ class _Tally:
         absent = np.concatenate(absent, axis=1)
         self.missing = self.missing + absent.sum(axis=0) if self.rows else absent.sum(axis=0)
         self.incomplete_rows += int(absent.any(axis=1).sum())
-        self.rows += len(probability)
-        self.positives += int((probability >= threshold).sum())
-        self.total += float(probability.sum(dtype="float64"))
-        index = np.clip((probability * FINE_BINS).astype("int64"), 0, FINE_BINS - 1)
-        self.bins += np.bincount(index, minlength=FINE_BINS)
+        self.rows += len(scores)
+        if self.threshold is not None:
+            self.positives += int((scores >= self.threshold).sum())
+        self.total += float(scores.sum(dtype="float64"))
+        self.bins.add(scores)
 
     def summary(self, seconds: float, path: Path) -> ScoreSummary:
-        cumulative = np.cumsum(self.bins)
         quantiles = {}
         for q in QUANTILES:
             # The bin holding the ceil(q * rows)-th smallest value, at its centre.
-            position = int(np.searchsorted(cumulative, max(np.ceil(q * self.rows), 1)))
-            quantiles[f"p{round(q * 100):02d}"] = (position + 0.5) / FINE_BINS if self.rows else 0.0
+            rank = max(math.ceil(q * self.rows), 1)
+            empty = 0.0 if self.task == BINARY else math.nan
+            quantiles[f"p{round(q * 100):02d}"] = self.bins.quantile(rank) if self.rows else empty
+        histogram, edges = self.bins.chart()
         return ScoreSummary(
             rows=self.rows,
             incomplete_rows=self.incomplete_rows,
             missing_by_feature={
                 f: int(n) for f, n in zip(self.features, self.missing, strict=False) if n
             },
-            mean_probability=self.total / self.rows if self.rows else float("nan"),
+            mean=self.total / self.rows if self.rows else float("nan"),
             quantiles=quantiles,
-            histogram=self.bins.reshape(CHART_BINS, -1).sum(axis=1).tolist(),
-            positive_predictions=self.positives,
+            histogram=histogram,
+            histogram_edges=edges,
+            bin_width=self.bins.width,
+            positive_predictions=self.positives if self.task == BINARY else None,
             seconds=seconds,
             rows_per_s=self.rows / seconds if seconds > 0 else float("nan"),
             path=path,
+            task=self.task.name,
         )
 
 
@@ -263,12 +417,13 @@ def score_to_parquet(
     *,
     keep: Sequence[str],
     constants: Mapping[str, Any],
-    threshold: float,
+    threshold: float | None = None,
     permissions: int = FILE_MODE,
 ) -> ScoreSummary:
     """Score every batch and write the rows to the Parquet file `path`: the `keep` columns as
-    they came, `probability` (float32), `predicted` (probability >= threshold), then a column
-    per constant.
+    they came, the scores (`output_columns`), then a column per constant. A binary classifier's
+    scores are `probability` (float32) and `predicted` (probability >= `threshold`, which it
+    needs); a regression's are `prediction` (float32), and it takes no threshold.
 
     Memory is bounded by the batch size, not the rows: at most three batches are held, one
     being read, one scored and one written (the stages overlap). The file appears whole or not
@@ -277,9 +432,12 @@ def score_to_parquet(
     error the temp file is removed and a file already at `path` stays as it was. Batches with
     zero rows in total still write a valid file with the schema; no batch at all is a
     ValueError (there is no schema)."""
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold {threshold} is not in [0, 1]")
-    clash = sorted(set(keep) & ({PROBABILITY, PREDICTED} | set(constants)))
+    if scorer.task == BINARY:
+        if threshold is None or not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold {threshold} is not in [0, 1]")
+    elif threshold is not None:
+        raise ValueError(f"threshold={threshold}: a {scorer.task.name} model takes none")
+    clash = sorted(set(keep) & (set(output_columns(scorer.task)) | set(constants)))
     if clash:
         raise ValueError(f"keep columns {clash} clash with the output columns")
     path = Path(path)
@@ -288,7 +446,7 @@ def score_to_parquet(
     descriptor, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(descriptor)
     os.chmod(temp, permissions)  # mkstemp's 0600 would make the output private to this user
-    sink = _ParquetSink(Path(temp), scorer.features, keep, constants, threshold)
+    sink = _ParquetSink(Path(temp), _Tally.of(scorer, threshold), keep, constants)
     try:
         # Three stages overlap: reading the next batch, scoring this one, writing the last one.
         with (
@@ -297,10 +455,10 @@ def score_to_parquet(
         ):
             written = None
             for batch, inputs in prefetched:
-                probability = scorer.run(inputs)
+                scores = scorer.run(inputs)
                 if written is not None:
                     written.result()
-                written = writing.submit(sink.write, batch, inputs, probability)
+                written = writing.submit(sink.write, batch, inputs, scores)
             if written is not None:
                 written.result()
         sink.close()
@@ -313,38 +471,37 @@ def score_to_parquet(
     return summary
 
 
+def output_columns(task: Task) -> tuple[str, ...]:
+    """The columns `score_to_parquet` writes a task's scores to, in order."""
+    return (PROBABILITY, PREDICTED) if task == BINARY else (task.output,)
+
+
 class _ParquetSink:
     """Scored batches appended to a Parquet file, and their summary."""
 
     def __init__(
-        self,
-        path: Path,
-        features: list[str],
-        keep: Sequence[str],
-        constants: Mapping[str, Any],
-        threshold: float,
+        self, path: Path, tally: _Tally, keep: Sequence[str], constants: Mapping[str, Any]
     ):
         self.path = path
         self.keep = list(keep)
         self.constants = dict(constants)
         self.types = {name: pa.scalar(value).type for name, value in constants.items()}
-        self.threshold = threshold
-        self.tally = _Tally(features)
+        self.tally = tally
         self.writer: pq.ParquetWriter | None = None
 
-    def write(self, batch: Rows, inputs: Mapping[str, np.ndarray], probability: np.ndarray) -> None:
-        nan = int(np.isnan(probability).sum())
+    def write(self, batch: Rows, inputs: Mapping[str, np.ndarray], scores: np.ndarray) -> None:
+        nan = int(np.isnan(scores).sum())
         if nan:
             raise ValueError(f"the model gave NaN for {nan} row(s)")
-        self.tally.add(inputs, probability, self.threshold)
-        table = self.table(batch, probability)
+        self.tally.add(inputs, scores)
+        table = self.table(batch, scores)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema)
         elif not table.schema.equals(self.writer.schema, check_metadata=False):
             table = table.cast(self.writer.schema)  # e.g. a batch whose text is all missing
         self.writer.write_table(table)
 
-    def table(self, batch: Rows, probability: np.ndarray) -> pa.Table:
+    def table(self, batch: Rows, scores: np.ndarray) -> pa.Table:
         arrow = isinstance(batch, pa.Table | pa.RecordBatch)
         missing = [
             c for c in self.keep if c not in (batch.schema.names if arrow else batch.columns)
@@ -356,18 +513,19 @@ class _ParquetSink:
             kept = selected if isinstance(selected, pa.Table) else pa.Table.from_batches([selected])
         else:
             kept = pa.Table.from_pandas(batch[self.keep], preserve_index=False)
-        repeat = np.zeros(len(probability), dtype="int32")
+        repeat = np.zeros(len(scores), dtype="int32")
+        threshold = self.tally.threshold
         columns = [
             *kept.columns,
-            pa.array(probability, type=pa.float32()),
-            pa.array(probability >= self.threshold, type=pa.bool_()),
+            pa.array(scores, type=pa.float32()),
+            *([] if threshold is None else [pa.array(scores >= threshold, type=pa.bool_())]),
             # One value repeated: a take of index 0, not a Python object per row.
             *(
                 pa.array([value], type=self.types[name]).take(repeat)
                 for name, value in self.constants.items()
             ),
         ]
-        names = [*self.keep, PROBABILITY, PREDICTED, *self.constants]
+        names = [*self.keep, *output_columns(self.tally.task), *self.constants]
         return pa.Table.from_arrays(columns, names=names)
 
     def close(self) -> None:

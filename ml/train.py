@@ -1,14 +1,16 @@
-"""Data-parallel training of the delay classifier on a training set.
+"""Data-parallel training of a tabular model on a training set: a binary classifier or a
+regression (`data.task`, `ml.task`).
 
     python -m ml.train --data.training_set .local/lake/training_set/data.parquet \\
         --output_dir /tmp/run
     torchrun --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train ...   # same flags
 
-Every rank reads the training set, fits the same preprocessing on the train split, and trains on
-its own shard (DDP: gloo on CPU, NCCL on CUDA). Rank 0 writes checkpoints every
-`checkpoint_every_steps` and at the end of each epoch, and the best weights (lowest validation
-loss) at the end; a restarted run resumes from the newest complete checkpoint and continues
-exactly where it stopped. Under Dagster Pipes, rank 0 reports each epoch and the result.
+Every rank reads the training set, fits the same preprocessing on the train split (a regression
+label is standardized with it), and trains on its own shard (DDP: gloo on CPU, NCCL on CUDA).
+Rank 0 writes checkpoints every `checkpoint_every_steps` and at the end of each epoch, and the
+best weights (lowest validation loss) at the end; a restarted run resumes from the newest
+complete checkpoint and continues exactly where it stopped. Under Dagster Pipes, rank 0 reports
+each epoch and the result.
 """
 
 import datetime as dt
@@ -20,31 +22,33 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
-from torch.nn.functional import binary_cross_entropy_with_logits
+from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
 from ml import checkpoint
 from ml.config import TrainConfig, from_args, parser
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
+from ml.exits import EXIT_NOT_RETRYABLE
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
-from ml.metrics import binary_metrics
-from ml.model import DelayClassifier
-from ml.node import EXIT_NOT_RETRYABLE
+from ml.metrics import Metrics, binary_metrics, regression_metrics
+from ml.model import TabularNet
+from ml.task import BINARY, REGRESSION, task_named
 
 log = logging.getLogger("ml.train")
 
@@ -54,6 +58,14 @@ PREPROCESSOR = "preprocessor.json"
 RESULT = "result.json"
 PIPES_CONTEXT = "DAGSTER_PIPES_CONTEXT"
 """Set by a Dagster Pipes client in the environment of the process it launches."""
+
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A loss of (fp32 network outputs, labels as `Preprocessor.transform` makes them)."""
+LOSSES: dict[str, Loss] = {
+    BINARY.name: binary_cross_entropy_with_logits,
+    REGRESSION.name: mse_loss,  # of the standardized label
+}
+"""The training and validation loss of each task, by task name."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,8 @@ class TrainResult:
     samples_per_s: float
     """Training rows per second over all ranks, in this attempt's epochs (evaluation excluded)."""
     validation: dict[str, float]
-    """`ml.metrics.BinaryMetrics` of the best weights on the validation split."""
+    """The task's metrics (`ml.metrics.BinaryMetrics` or `RegressionMetrics`) of the best
+    weights on the validation split."""
 
 
 @dataclass(frozen=True)
@@ -130,14 +143,17 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     torch.backends.cudnn.benchmark = False
     dtype = autocast_dtype(config.precision, ranks.device)
     autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
+    task = task_named(config.data.task)
+    loss_of = LOSSES[task.name]
+    label = config.data.label
     frame = pd.read_parquet(config.data.training_set)
     parts = {s: frame[frame[config.data.split_column] == s] for s in ("train", "validation")}
-    preprocessor = Preprocessor.fit(parts["train"])
-    train_set = preprocessor.transform(parts["train"], config.data.label)
-    validation_set = preprocessor.transform(parts["validation"], config.data.label)
-    model = DelayClassifier(
-        preprocessor.numeric_width, preprocessor.cardinalities, config.model
-    ).to(ranks.device)
+    preprocessor = Preprocessor.fit(parts["train"], label if task.standardized_label else None)
+    train_set = preprocessor.transform(parts["train"], label)
+    validation_set = preprocessor.transform(parts["validation"], label)
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, config.model).to(
+        ranks.device
+    )
     optim = config.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
     shards = Shards(len(train_set), ranks.world_size, config.seed)
@@ -180,7 +196,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         began = time.perf_counter()
         batches = epoch_batches(train_set, rows, optim.batch_size, first, ranks.device)
         for batch, inputs in enumerate(batches, start=first):
-            loss = train_step(ddp, optimizer, scheduler, autocast, *inputs)
+            loss = train_step(ddp, optimizer, scheduler, autocast, *inputs, loss_of=loss_of)
             step += 1
             losses.append(loss.item())
             trained_rows += len(inputs[0]) * ranks.world_size
@@ -188,7 +204,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
                 save(checkpoint.Position(step, epoch, batch + 1, ranks.world_size, best, stale))
         training_s += time.perf_counter() - began
         validation_loss = float(
-            binary_cross_entropy_with_logits(
+            loss_of(
                 predict(model, validation_set, autocast), validation_set.label.to(ranks.device)
             ).item()
         )
@@ -205,8 +221,9 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
             report(epoch, history["train_loss"][-1], validation_loss)
 
     model.load_state_dict(best_weights)
-    probabilities = torch.sigmoid(predict(model, validation_set, autocast)).cpu().numpy()
-    validation = binary_metrics(validation_set.label.numpy(), probabilities)
+    validation = validation_metrics(
+        preprocessor, predict(model, validation_set, autocast), parts["validation"][label]
+    )
     weights = Path(config.output_dir) / WEIGHTS
     weights_sha256 = ""  # rank 0 writes the file and reports the result
     if ranks.is_main:
@@ -248,13 +265,18 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
 class Trained:
     """A finished training run, loaded from its folder for evaluation and export."""
 
-    model: DelayClassifier
+    model: TabularNet
     """The best weights, on the CPU, in eval mode."""
     preprocessor: Preprocessor
     config: TrainConfig
     manifest: dict[str, Any]
     weights_sha256: str
     folder: Path
+
+    @property
+    def task(self) -> str:
+        """The name of the task the model learned (`ml.task`)."""
+        return self.config.data.task
 
 
 def load_trained(folder: Path) -> Trained:
@@ -269,7 +291,12 @@ def load_trained(folder: Path) -> Trained:
     manifest = json.loads((folder / MANIFEST).read_text())
     config = TrainConfig.from_dict(manifest["config"])
     preprocessor = Preprocessor.from_json((folder / PREPROCESSOR).read_text())
-    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, config.model)
+    if preprocessor.task.name != config.data.task:
+        raise ValueError(
+            f"training run {folder}: its preprocessor is for a {preprocessor.task.name} task,"
+            f" its config for {config.data.task}"
+        )
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, config.model)
     weights = (folder / WEIGHTS).read_bytes()
     model.load_state_dict(load_file(folder / WEIGHTS))
     return Trained(
@@ -282,13 +309,43 @@ def load_trained(folder: Path) -> Trained:
     )
 
 
-def probabilities(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFrame) -> Any:
-    """P(label = 1) of every row of `frame` (raw feature columns), in fp32 on the CPU: the
-    reference the served ONNX model must match."""
+def scores(outputs: torch.Tensor, preprocessor: Preprocessor) -> torch.Tensor:
+    """The network's fp32 outputs in the task's terms: P(label = 1) of a logit (binary), or the
+    label's value of its standardized value (regression), computed in fp32 as the served graph
+    computes it (`ml.export`)."""
+    target = preprocessor.target
+    if target is None:
+        return torch.sigmoid(outputs)
+    std = torch.tensor(target.std, dtype=torch.float32, device=outputs.device)
+    mean = torch.tensor(target.mean, dtype=torch.float32, device=outputs.device)
+    return outputs * std + mean
+
+
+def predictions(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFrame) -> Any:
+    """The model's output for every row of `frame` (raw feature columns), in the task's terms
+    (`scores`), in fp32 on the CPU: the reference the served ONNX model must match."""
     numeric, categorical = preprocessor.inputs(frame)
     model.eval()
     with torch.inference_mode():
-        return torch.sigmoid(model(numeric, categorical)).numpy()
+        return scores(model(numeric, categorical), preprocessor).numpy()
+
+
+def probabilities(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFrame) -> Any:
+    """P(label = 1) of every row of `frame` (raw feature columns), in fp32 on the CPU: the
+    reference the served ONNX model must match. A binary classifier's `predictions`."""
+    if preprocessor.task != BINARY:
+        raise ValueError(f"a {preprocessor.task.name} model has no probabilities: use predictions")
+    return predictions(model, preprocessor, frame)
+
+
+def validation_metrics(
+    preprocessor: Preprocessor, outputs: torch.Tensor, labels: pd.Series
+) -> Metrics:
+    """The task's metrics of the network's `outputs` on rows with these raw `labels`."""
+    values = scores(outputs, preprocessor).cpu().numpy()
+    if preprocessor.task == BINARY:
+        return binary_metrics(labels.to_numpy(dtype="float32"), values)
+    return regression_metrics(labels.to_numpy(dtype="float64"), values)
 
 
 def checkpoint_state(
@@ -370,11 +427,14 @@ def train_step(
     numeric: torch.Tensor,
     categorical: torch.Tensor,
     label: torch.Tensor,
+    *,
+    loss_of: Loss = binary_cross_entropy_with_logits,
 ) -> torch.Tensor:
-    """One optimizer step on one batch (under DDP, with the gradients' all-reduce); the loss."""
+    """One optimizer step on one batch (under DDP, with the gradients' all-reduce); the loss,
+    `loss_of` the task's (`LOSSES`)."""
     with autocast:
-        logits = model(numeric, categorical)
-    loss = binary_cross_entropy_with_logits(logits.float(), label)
+        outputs = model(numeric, categorical)
+    loss = loss_of(outputs.float(), label)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -384,7 +444,7 @@ def train_step(
 
 def config_of(argv: list[str] | None) -> TrainConfig:
     """The training config of a command line (`python -m ml.train --help`)."""
-    return from_args(parser("Data-parallel training of the delay classifier.").parse_args(argv))
+    return from_args(parser("Data-parallel training of a tabular model.").parse_args(argv))
 
 
 def check(config: TrainConfig) -> None:
@@ -393,10 +453,17 @@ def check(config: TrainConfig) -> None:
         raise ValueError("--data.training_set and --output_dir are required")
     if not Path(config.data.training_set).is_file():
         raise FileNotFoundError(f"training set {config.data.training_set} does not exist")
-    columns = set(pq.read_schema(config.data.training_set).names)
-    missing = sorted({config.data.label, config.data.split_column} - columns)
+    schema = pq.read_schema(config.data.training_set)
+    missing = sorted({config.data.label, config.data.split_column} - set(schema.names))
     if missing:
         raise ValueError(f"training set {config.data.training_set} lacks the column(s) {missing}")
+    kind = schema.field(config.data.label).type
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+    if config.data.task == REGRESSION.name and not numeric:
+        raise ValueError(
+            f"training set {config.data.training_set}: the regression label"
+            f" {config.data.label!r} holds {kind}, not numbers"
+        )
 
 
 class WholeErrorFile(ErrorHandler):

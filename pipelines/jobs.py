@@ -4,11 +4,25 @@ The tags below act on runs launched through the daemon (the UI, schedules, senso
 `make run` and the tests execute in-process, where they are only recorded.
 """
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
 import dagster as dg
 
-from assets.deployment import rollback_champion
+from assets.deployment import rollback_op
+from assets.usecase import UseCase
+
+if TYPE_CHECKING:
+    # What `define_asset_job` returns; dagster does not export the class.
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
 
 HOUR = 3600
+TRAINING = ("trained_model", "model_evaluation", "onnx_model", "registered_model")
+"""The assets of a model from its training set to its registration, in order."""
+
+Job: TypeAlias = "UnresolvedAssetJobDefinition | dg.JobDefinition"
 
 
 def run_limits(max_runtime_s: int, run_retries: int) -> dict[str, str]:
@@ -26,90 +40,111 @@ def run_limits(max_runtime_s: int, run_retries: int) -> dict[str, str]:
     }
 
 
-DIMENSIONS = dg.AssetSelection.assets("planes", "airlines", "airports")
-
-dimensions_job = dg.define_asset_job(
-    "load_dimensions",
-    selection=DIMENSIONS,
-    description="Load the dimension tables (planes, airlines, airports).",
-)
-
-daily_ingestion_job = dg.define_asset_job(
-    "ingest_and_validate",
-    selection=dg.AssetSelection.groups("ingestion", "validation").required_multi_asset_neighbors()
-    - DIMENSIONS,
-    description="Ingest one day's raw tables, audit them with GX and publish what passes.",
-)
-
-daily_job = dg.define_asset_job(
-    "daily_partition",
-    selection=(
-        dg.AssetSelection.groups(
-            "ingestion", "validation", "features", "inference", "monitoring"
-        ).required_multi_asset_neighbors()
-        - DIMENSIONS
-        - dg.AssetSelection.assets("feature_registry", "training_set")
-    ),
-    description=(
-        "Everything of one day: ingest, validate, build the feature tables, write the day's"
-        " features to the online store, score the day with the champion and measure drift (the"
-        " last two skip themselves before the first champion)."
-    ),
-    tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
-)
-
-feature_registry_job = dg.define_asset_job(
-    "apply_feature_registry",
-    selection=dg.AssetSelection.assets("feature_registry"),
-    description="Apply feature_repo/ to the Feast registry (what `feast apply` does).",
-)
-
-training_set_job = dg.define_asset_job(
-    "build_training_set",
-    selection=dg.AssetSelection.assets("training_set"),
-    description="Join the labelled flights of a window through the FeatureService; split by date.",
-)
-
-TRAINING = dg.AssetSelection.assets(
-    "trained_model", "model_evaluation", "onnx_model", "registered_model"
-)
-
-retrain_job = dg.define_asset_job(
-    "retrain",
-    selection=dg.AssetSelection.assets("training_set") | TRAINING,
-    description=(
-        "The whole retrain: a training set over a window of days (config: ops → training_set),"
-        " then train, evaluate against the champion, export and, if every gate passes, register"
-        " and promote. Launched nightly, by the drift sensor, or by hand."
-    ),
-    tags=run_limits(max_runtime_s=4 * HOUR, run_retries=1),
-)
-
-training_job = dg.define_asset_job(
-    "train_model",
-    selection=TRAINING,
-    description=(
-        "Train on the latest training set (torchrun, via Pipes), evaluate against the champion,"
-        " export to ONNX and, if every gate passes, register the model and make it champion."
-    ),
-)
-
-scoring_job = dg.define_asset_job(
-    "score_flights",
-    selection=dg.AssetSelection.assets("batch_predictions", "feature_drift"),
-    description=(
-        "Score one day's flights with the champion (onnxruntime), replacing that day, and"
-        " measure the drift of the days up to it."
-    ),
-    tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
-)
+def definition_name(case: UseCase, base: str) -> str:
+    """The name of `case`'s job, schedule or sensor `base` (`retrain`, `nightly_retrain`,
+    `drift_retrain`, ...): what the UI, run filters and `make run` look it up by."""
+    return case.name_for(base)
 
 
-@dg.job(
-    description=(
-        "Move the champion alias back to a named registered version (Launchpad: ops →"
-        " rollback_champion → config: version, reason). Batch scoring uses it from the next run."
+def find_job(jobs: Sequence[Job], case: UseCase, base: str) -> Job:
+    """`case`'s job `base` among `jobs` (as `build_jobs` made them)."""
+    name = definition_name(case, base)
+    for job in jobs:
+        if job.name == name:
+            return job
+    raise ValueError(f"use case {case.name!r} has no job {name!r}: {[j.name for j in jobs]}")
+
+
+def _assets(case: UseCase, *names: str) -> dg.AssetSelection:
+    return dg.AssetSelection.assets(*(case.key(name) for name in names))
+
+
+def build_jobs(case: UseCase) -> list[Job]:
+    """`case`'s jobs: its daily runs, its training and scoring, and the champion's rollback."""
+    tables = [table.name for table in case.event_tables]
+    arrivals = [f"{stage}_{t}" for t in tables for stage in ("raw", "validated", "quarantined")]
+    features = [spec.name for spec in case.feature_tables]
+    scoring = ("batch_predictions", "feature_drift")
+    rollback = rollback_op(case)
+    dimensions = [dimension.name for dimension in case.dimensions]
+    training_set_op = case.key("training_set").to_python_identifier()
+
+    @dg.job(
+        name=definition_name(case, "rollback_champion_job"),
+        description=(
+            f"Move the champion alias of {case.registered_model} back to a named registered"
+            f" version (Launchpad: ops → {rollback.name} → config: version, reason). Batch"
+            " scoring uses it from the next run."
+        ),
     )
-)
-def rollback_champion_job():
-    rollback_champion()
+    def rollback_champion_job():
+        rollback()
+
+    load_dimensions = dg.define_asset_job(
+        definition_name(case, "load_dimensions"),
+        selection=_assets(case, *dimensions),
+        description=f"Load the dimension tables ({', '.join(dimensions)}).",
+    )
+    return [
+        *([load_dimensions] if dimensions else []),  # a use case may have none
+        dg.define_asset_job(
+            definition_name(case, "ingest_and_validate"),
+            selection=_assets(case, *arrivals),
+            description="Ingest one day's raw tables, audit them with GX and publish what passes.",
+        ),
+        dg.define_asset_job(
+            definition_name(case, "daily_partition"),
+            selection=_assets(case, *arrivals, *features, "online_features", *scoring),
+            description=(
+                "Everything of one day: ingest, validate, build the feature tables, write the"
+                " day's features to the online store, score the day with the champion and"
+                " measure drift (the last two skip themselves before the first champion)."
+            ),
+            tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
+        ),
+        dg.define_asset_job(
+            definition_name(case, "apply_feature_registry"),
+            selection=_assets(case, "feature_registry"),
+            description=(
+                f"Apply feature_repo/{case.name}.py to the Feast registry as the project"
+                f" {case.name} (what `feast apply` does)."
+            ),
+        ),
+        dg.define_asset_job(
+            definition_name(case, "build_training_set"),
+            selection=_assets(case, "training_set"),
+            description=(
+                f"Join the labelled rows of a window through {case.feature_service}; split by date."
+            ),
+        ),
+        dg.define_asset_job(
+            definition_name(case, "train_model"),
+            selection=_assets(case, *TRAINING),
+            description=(
+                "Train on the latest training set (torchrun, via Pipes), evaluate against the"
+                " champion, export to ONNX and, if every gate passes, register the model and make"
+                " it champion."
+            ),
+        ),
+        dg.define_asset_job(
+            definition_name(case, "retrain"),
+            selection=_assets(case, "training_set", *TRAINING),
+            description=(
+                "The whole retrain: a training set over a window of days (config: ops →"
+                f" {training_set_op}), then train, evaluate against the champion, export and, if"
+                " every gate passes, register and promote. Launched nightly, by the drift sensor,"
+                " or by hand."
+            ),
+            tags=run_limits(max_runtime_s=4 * HOUR, run_retries=1),
+        ),
+        dg.define_asset_job(
+            definition_name(case, "score_day"),
+            selection=_assets(case, *scoring),
+            description=(
+                "Score one day with the champion (onnxruntime), replacing that day's"
+                " predictions, and measure the drift of the days up to it."
+            ),
+            tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
+        ),
+        rollback_champion_job,
+    ]

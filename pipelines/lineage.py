@@ -1,8 +1,12 @@
 """Lineage of a registered model version, or of one prediction: the chain back to the raw
 partitions, their data versions, the feature service, the code commit and the environment lock.
 
-    python -m pipelines.lineage model [--name flight_delay] [--version N] [--json]
-    python -m pipelines.lineage prediction 2013-01-07 20130107-9E3314-1945 [--json]
+    python -m pipelines.lineage model [--use-case NAME] [--name MODEL] [--version N] [--json]
+    python -m pipelines.lineage prediction DAY KEY=VALUE [KEY=VALUE ...] [--use-case NAME] [--json]
+
+e.g. `prediction 2013-01-07 customer_id=42` where the FeatureService joins on `customer_id`: a
+prediction is found by the values of its row's entity keys (the FeatureService's join keys and
+`event_timestamp`, the columns `batch_predictions` keeps), all of them or enough to name one row.
 
 Nothing here is a hand-kept list of what was used. The model version comes from the MLflow
 registry (its tags name the Dagster run that registered it, its files' sha256); the run manifest
@@ -35,12 +39,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import dagster as dg
 
+    from assets.usecase import UseCase
     from resources.registry import MlflowRegistry, ModelVersion
 
 MANIFEST_FILE = "manifest.json"
 ONNX_FILE = "model.onnx"
-REGISTERED_MODEL_ASSET = "registered_model"
-PREDICTIONS_ASSET = "batch_predictions"
+PREDICTION_COLUMNS = ("probability", "prediction")
+"""The predicted value in a `batch_predictions` file: a probability (binary) or a number."""
+OUTPUT_COLUMNS = (*PREDICTION_COLUMNS, "predicted", "model_name", "model_version", "predicted_at")
+"""The columns of a `batch_predictions` file that are not the scored row's keys."""
+NAMED_ASSETS = ("training_set", "feature_registry")
+"""The use case's assets the text view names (by their role in the lifecycle)."""
 DATA_VERSION_TAG = "dagster/data_version"
 CODE_VERSION_TAG = "dagster/code_version"
 INPUT_VERSION_TAG = "dagster/input_data_version/"
@@ -80,7 +89,7 @@ _SHORT = 12
 
 
 class LineageError(RuntimeError):
-    """The lineage cannot be traced: an unknown version or flight, a missing record."""
+    """The lineage cannot be traced: an unknown version or prediction, a missing record."""
 
 
 # --- The document: plain data, no Dagster -------------------------------------------------------
@@ -142,9 +151,13 @@ class Prediction:
     """One row of `batch_predictions`."""
 
     day: str
-    flight_id: str
-    probability: float
-    predicted: bool
+    keys: dict[str, str]
+    """The values it was looked up by, by column (its entity keys, as given)."""
+    column: str
+    """The predicted column: `probability` (binary) or `prediction` (regression)."""
+    value: float
+    predicted: bool | None
+    """Binary: whether the probability clears the model's threshold; None for other tasks."""
     model_name: str
     model_version: str
     predicted_at: str
@@ -165,6 +178,9 @@ class Lineage:
     prediction: Prediction | None = None
     prediction_materializations: list[Materialization] = field(default_factory=list)
     """The prediction's day: `batch_predictions` and its non-model ancestry."""
+    assets: dict[str, str] = field(default_factory=dict)
+    """The key (as `Materialization.asset` writes it) of each use case asset the text view names
+    (NAMED_ASSETS), by its name in the lifecycle."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -188,6 +204,7 @@ class Lineage:
             prediction_materializations=materializations(
                 document.get("prediction_materializations", [])
             ),
+            assets=dict(document.get("assets", {})),
         )
 
     def find(self, asset: str) -> list[Materialization]:
@@ -211,7 +228,7 @@ class Lineage:
         if self.prediction is not None:
             lines += _render_prediction(self.prediction)
         lines += _render_model(self.model)
-        lines += _render_manifest(self.manifest, self.materializations)
+        lines += _render_manifest(self.manifest, self.materializations, self.assets)
         if self.prediction_materializations:
             lines.append(f"the prediction's day ({len(self.prediction_materializations)} records)")
             lines += _render_materializations(self.prediction_materializations)
@@ -222,9 +239,12 @@ class Lineage:
 
 def _render_prediction(p: Prediction) -> list[str]:
     state = "file matches its data version" if p.file_matches_data_version else "FILE CHANGED"
+    keys = " ".join(f"{k}={v}" for k, v in p.keys.items())
+    predicted = (
+        "" if p.predicted is None else f" predicted={'positive' if p.predicted else 'negative'}"
+    )
     return [
-        f"prediction {p.day} {p.flight_id}: P(delay)={p.probability:.4f}"
-        f" predicted={'delayed' if p.predicted else 'on time'} at {p.predicted_at}",
+        f"prediction {p.day} {keys}: {p.column}={p.value:.4f}{predicted} at {p.predicted_at}",
         f"  by {p.model_name} v{p.model_version}; {p.file} ({state})",
     ]
 
@@ -242,13 +262,15 @@ def _render_model(m: ModelFacts) -> list[str]:
     ]
 
 
-def _render_manifest(manifest: Mapping[str, Any], chain: Sequence[Materialization]) -> list[str]:
+def _render_manifest(
+    manifest: Mapping[str, Any], chain: Sequence[Materialization], assets: Mapping[str, str]
+) -> list[str]:
     libraries = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("libraries", {}).items()))
-    registries = [m for m in chain if m.asset == "feature_registry"]
+    registries = [m for m in chain if m.asset == assets.get("feature_registry")]
     declarations = (
         f" (feature_registry declarations {registries[0].code_version})" if registries else ""
     )
-    sets = [m for m in chain if m.asset == "training_set"]
+    sets = [m for m in chain if m.asset == assets.get("training_set")]
     fingerprint = manifest.get("data_fingerprint")
     same = ""
     if sets:
@@ -342,21 +364,24 @@ def model_lineage(
     instance: "dg.DagsterInstance",
     defs: "dg.Definitions",
     registry: "MlflowRegistry",
-    name: str,
+    case: "UseCase",
     version: str | None = None,
+    name: str | None = None,
 ) -> Lineage:
-    """The lineage of `name` version `version` (the champion when None), walked through the
-    asset graph of `defs` in `instance`'s event log."""
+    """The lineage of `case`'s registered model (or the model `name`) version `version` (the
+    champion when None), walked through the asset graph of `defs` in `instance`'s event log."""
+    name = name or case.registered_model
     model = _model_version(registry, name, version)
     run_id = model.tags.get("dagster_run_id")
     if not run_id:
         raise LineageError(f"{name} v{model.version}: no dagster_run_id tag; not registered by us")
-    start = _registration(instance, run_id, name, model.version)
+    start = _registration(instance, case, run_id, name, model.version)
     chain = _walk(instance, defs.resolve_asset_graph(), [start])
     return Lineage(
         model=_model_facts(model),
         manifest=_manifest(registry, model),
         materializations=chain,
+        assets={asset: case.key(asset).to_user_string() for asset in NAMED_ASSETS},
     )
 
 
@@ -364,27 +389,34 @@ def prediction_lineage(
     instance: "dg.DagsterInstance",
     defs: "dg.Definitions",
     registry: "MlflowRegistry",
+    case: "UseCase",
     day: str,
-    flight_id: str,
+    keys: Mapping[str, str],
 ) -> Lineage:
-    """The lineage of one flight's prediction on `day`: its row of `batch_predictions`, that
-    day's materialization and feature partitions, and the model version that scored it."""
+    """The lineage of the prediction on `day` whose row has the values `keys` (column → value):
+    its row of `case`'s `batch_predictions`, that day's materialization and feature partitions,
+    and the model version that scored it."""
     import dagster as dg
 
-    key = dg.AssetKey(PREDICTIONS_ASSET)
+    key = case.key("batch_predictions")
+    asset = key.to_user_string()
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
     ).records
     if not records:
-        raise LineageError(f"{PREDICTIONS_ASSET} has no materialization for day {day!r}")
+        raise LineageError(f"{asset} has no materialization for day {day!r}")
     record = records[0]
     path_value = record.asset_materialization.metadata.get("path")  # type: ignore[union-attr]
     if path_value is None:
-        raise LineageError(f"{PREDICTIONS_ASSET} {day}: its materialization records no path")
-    prediction = _prediction_row(Path(str(path_value.value)), day, flight_id, record)
-    model = model_lineage(instance, defs, registry, prediction.model_name, prediction.model_version)
+        raise LineageError(f"{asset} {day}: its materialization records no path")
+    prediction = read_prediction(
+        Path(str(path_value.value)), day, keys, _data_version(record), asset
+    )
+    model = model_lineage(
+        instance, defs, registry, case, prediction.model_version, prediction.model_name
+    )
     day_chain = _walk(
-        instance, defs.resolve_asset_graph(), [record], stop={dg.AssetKey(REGISTERED_MODEL_ASSET)}
+        instance, defs.resolve_asset_graph(), [record], stop={case.key("registered_model")}
     )
     return dataclasses.replace(model, prediction=prediction, prediction_materializations=day_chain)
 
@@ -431,10 +463,13 @@ def _manifest(registry: "MlflowRegistry", model: "ModelVersion") -> dict[str, An
     return {k: document[k] for k in MANIFEST_FIELDS if k in document}
 
 
-def _registration(instance: "dg.DagsterInstance", run_id: str, name: str, version: str):
+def _registration(
+    instance: "dg.DagsterInstance", case: "UseCase", run_id: str, name: str, version: str
+):
     """The `registered_model` materialization of `run_id` that registered `name` `version`."""
     import dagster as dg
 
+    registered = case.key("registered_model")
     if instance.get_run_by_id(run_id) is None:
         raise LineageError(
             f"{name} v{version} was registered by Dagster run {run_id}, which this instance"
@@ -447,12 +482,13 @@ def _registration(instance: "dg.DagsterInstance", run_id: str, name: str, versio
         materialization = record.asset_materialization
         if (
             materialization is not None
-            and materialization.asset_key == dg.AssetKey(REGISTERED_MODEL_ASSET)
+            and materialization.asset_key == registered
             and _value(materialization.metadata.get("model")) == f"{name} v{version}"
         ):
             return record
     raise LineageError(
-        f"Dagster run {run_id} has no {REGISTERED_MODEL_ASSET} materialization of {name} v{version}"
+        f"Dagster run {run_id} has no {registered.to_user_string()} materialization of {name}"
+        f" v{version}"
     )
 
 
@@ -598,68 +634,133 @@ def _is_small(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 200 and "\n" not in value
 
 
-def _prediction_row(path: Path, day: str, flight_id: str, record) -> Prediction:
+def read_prediction(
+    path: Path,
+    day: str,
+    keys: Mapping[str, str],
+    data_version: str | None,
+    asset: str = "batch_predictions",
+) -> Prediction:
+    """The one row of the predictions file `path` (of `asset` on `day`, recorded with
+    `data_version`) whose columns have the values `keys`, each given as text and read as its
+    column's type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        raise LineageError(f"{PREDICTIONS_ASSET} {day}: {path} is gone")
-    rows = pq.read_table(path, filters=[("flight_id", "=", flight_id)]).to_pylist()
+        raise LineageError(f"{asset} {day}: {path} is gone")
+    schema = pq.read_schema(path)
+    key_columns = [name for name in schema.names if name not in OUTPUT_COLUMNS]
+    wanted = ", ".join(f"{k}={v!r}" for k, v in keys.items())
+    if not keys:
+        raise LineageError(f"name the prediction by its keys: {', '.join(key_columns)}")
+    unknown = [k for k in keys if k not in key_columns]
+    if unknown:
+        raise LineageError(
+            f"{asset} {day}: {unknown} are not key columns of its predictions;"
+            f" use {', '.join(key_columns)}"
+        )
+    condition = None
+    for column, text in keys.items():
+        kind = schema.field(column).type
+        try:
+            value = pa.scalar(text).cast(kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise LineageError(f"{column}={text!r} is not a value of type {kind}") from None
+        test = pc.field(column) == value
+        condition = test if condition is None else condition & test
+    rows = pq.read_table(path, filters=condition).to_pylist()
     if not rows:
-        raise LineageError(f"{PREDICTIONS_ASSET} {day} has no prediction for flight {flight_id!r}")
+        raise LineageError(f"{asset} {day} has no prediction for {wanted}")
     if len(rows) > 1:
         raise LineageError(
-            f"{PREDICTIONS_ASSET} {day} holds flight {flight_id!r} {len(rows)} times"
+            f"{asset} {day} holds {len(rows)} predictions for {wanted};"
+            f" name more of its keys: {', '.join(key_columns)}"
         )
     row = rows[0]
+    column = next((c for c in PREDICTION_COLUMNS if c in row), None)
+    if column is None:
+        raise LineageError(f"{path} has none of the prediction columns {PREDICTION_COLUMNS}")
     with path.open("rb") as source:
         digest = hashlib.file_digest(source, "sha256").hexdigest()
     return Prediction(
         day=day,
-        flight_id=flight_id,
-        probability=float(row["probability"]),
-        predicted=bool(row["predicted"]),
+        keys=dict(keys),
+        column=column,
+        value=float(row[column]),
+        predicted=bool(row["predicted"]) if "predicted" in row else None,
         model_name=str(row["model_name"]),
         model_version=str(row["model_version"]),
         predicted_at=row["predicted_at"].isoformat(timespec="seconds"),
         file=str(path),
-        file_matches_data_version=digest == _data_version(record),
+        file_matches_data_version=digest == data_version,
     )
 
 
 # --- The command line ---------------------------------------------------------------------------
 
 
+def _pair(text: str) -> tuple[str, str]:
+    """A `KEY=VALUE` argument."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.lineage", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.lineage",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--use-case", metavar="NAME", help="default: the first declared")
     commands = parser.add_subparsers(dest="command", required=True)
     model = commands.add_parser("model", help="the lineage of a registered model version")
-    model.add_argument("--name", default="flight_delay", help="registered model name")
+    model.add_argument("--name", help="registered model name (default: the use case's)")
     model.add_argument("--version", help="version number (default: the champion)")
     prediction = commands.add_parser("prediction", help="the lineage of one batch prediction")
     prediction.add_argument("day", help="the batch_predictions partition, YYYY-MM-DD")
-    prediction.add_argument("flight_id", help="e.g. 20130107-9E3314-1945")
+    prediction.add_argument(
+        "keys", nargs="+", type=_pair, metavar="KEY=VALUE", help="the prediction row's keys"
+    )
     for sub in (model, prediction):  # accepted after the command as well
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+        sub.add_argument("--use-case", metavar="NAME", default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    keys = dict(args.keys) if args.command == "prediction" else {}
+    if len(keys) < len(getattr(args, "keys", ())):
+        parser.error("a key is given twice")
 
     import dagster as dg
 
-    from pipelines.definitions import _registry, defs, local_home
+    from pipelines.definitions import USE_CASES, defs
+    from pipelines.run import choose_use_case
+    from resources.registry import MlflowRegistry
 
+    try:
+        case = choose_use_case(USE_CASES, args.use_case)
+    except ValueError as error:
+        parser.error(str(error))
     home = os.environ.get("DAGSTER_HOME")
     if not home or not Path(home).is_dir():
         sys.stderr.write(
             f"lineage: DAGSTER_HOME={home!r} is not the folder of a Dagster instance\n"
         )
         return 2
-    registry = _registry(local_home())
+    registry = (defs.resources or {}).get("mlflow")
+    if not isinstance(registry, MlflowRegistry):
+        sys.stderr.write("lineage: the definitions have no MLflow registry (resource `mlflow`)\n")
+        return 2
+    registry = registry.process_config_and_initialize()  # its EnvVar settings, read now
     try:
         with dg.DagsterInstance.get() as instance:
             if args.command == "model":
-                lineage = model_lineage(instance, defs, registry, args.name, args.version)
+                lineage = model_lineage(instance, defs, registry, case, args.version, args.name)
             else:
-                lineage = prediction_lineage(instance, defs, registry, args.day, args.flight_id)
+                lineage = prediction_lineage(instance, defs, registry, case, args.day, keys)
     except LineageError as error:
         sys.stderr.write(f"lineage: {error}\n")
         return 2

@@ -1,15 +1,17 @@
-"""`make run`: run the lifecycle on the bundled data with the embedded defaults, then say where
-the results are.
+"""`make run`: run one declared use case's lifecycle on its bundled data with the embedded
+defaults, then say where the results are.
+
+    python -m pipelines.run [--use-case NAME] [--start YYYY-MM-DD] [--end YYYY-MM-DD]
 
 First the dimension tables and the Feast registry; then each day is one Dagster run of
 `daily_partition` (ingest, validate, feature tables, online store); then a training set over the
-days that have a full feature history; then `train_model`: `trained_model` (two torchrun workers
-launched through Dagster Pipes), its evaluation against the champion and the gate, the ONNX export
-with its parity check, and registration as champion if every gate passed; then the champion
-scores the test days (`batch_predictions`). Every run is recorded in the local instance exactly as a
-run launched from the UI would be, so `make dev` afterwards shows every run, materialization and
-check result. Runs execute in this process: one process keeps GX, Feast and the bundled data
-loaded instead of paying their start-up once per step.
+window; then `train_model`: `trained_model` (torchrun workers launched through Dagster Pipes), its
+evaluation against the champion and the gate, the ONNX export with its parity check, and
+registration as champion if every gate passed; then the champion scores the test days
+(`batch_predictions`). Every run is recorded in the local instance exactly as a run launched from
+the UI would be, so `make dev` afterwards shows every run, materialization and check result. Runs
+execute in this process: one process keeps GX, Feast and the bundled data loaded instead of
+paying their start-up once per step.
 """
 
 import argparse
@@ -19,18 +21,20 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-DEFAULT_START = "2013-01-29"
-DEFAULT_END = "2013-02-28"
-HISTORY_DAYS = 28
-"""Days processed before the training window, so its trailing-delay features have their history
-(fewer at the start of the data)."""
+from assets.usecase import Trailing, UseCase
+from pipelines.jobs import definition_name
+
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+BINARY_EVALUATION = ("test_roc_auc", "threshold")
+REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
+"""`model_evaluation` metadata the summary shows, by task."""
 
 
 def run_tags() -> dict[str, str]:
@@ -41,6 +45,64 @@ def run_tags() -> dict[str, str]:
     return {HOST_TAG: this_host()}
 
 
+def baseline_lines(case: UseCase, evaluation: dict) -> list[str]:
+    """The declared baseline forecast beside the model, on the rows the baseline covers."""
+    if case.baseline is None or "baseline_rows" not in evaluation:
+        return []
+    names = [
+        n for n in ("rmse", "mae", "r2", "roc_auc", "log_loss") if f"baseline_{n}" in evaluation
+    ]
+
+    def figures(prefix: str) -> str:
+        return ", ".join(f"{n} {_number(evaluation[f'{prefix}{n}'], '.3f')}" for n in names)
+
+    return [
+        f"    on the {evaluation['baseline_rows']} test rows the baseline {case.baseline} covers:"
+        f" model {figures('model_on_baseline_rows_')}; baseline {figures('baseline_')}"
+    ]
+
+
+def choose_use_case(cases: Sequence[UseCase], name: str | None) -> UseCase:
+    """The declared use case called `name`; the first declared when `name` is None."""
+    if not cases:
+        raise ValueError("no use case is declared")
+    if name is None:
+        return cases[0]
+    for case in cases:
+        if case.name == name:
+            return case
+    raise ValueError(f"no use case {name!r} is declared; use one of {[c.name for c in cases]}")
+
+
+def default_window(case: UseCase) -> tuple[dt.date, dt.date]:
+    """The first and last day of the training window `make run` trains on when not told: the
+    use case's default window, else its last `window.days` days."""
+    declared = case.window.default
+    if declared:
+        last = dt.date.fromisoformat(declared["end"]) - dt.timedelta(days=1)
+        return dt.date.fromisoformat(declared["start"]), last
+    last = dt.date.fromisoformat(case.partitions.end) - dt.timedelta(days=1)
+    first = max(
+        last - dt.timedelta(days=case.window.days - 1),
+        dt.date.fromisoformat(case.partitions.start),
+    )
+    return first, last
+
+
+def history_days(case: UseCase) -> int:
+    """Days processed before the training window, so that the window's trailing feature inputs
+    have their history (the longest any feature table reads back)."""
+    return max(
+        (
+            source.days
+            for spec in case.feature_tables
+            for source in spec.inputs.values()
+            if isinstance(source, Trailing)
+        ),
+        default=0,
+    )
+
+
 @dataclass
 class DayOutcome:
     """What one partition's run did, for the summary."""
@@ -48,6 +110,7 @@ class DayOutcome:
     partition: str
     success: bool
     rows: dict[str, int] = field(default_factory=dict)
+    """Row count of each materialized asset, by its key (as the UI writes it)."""
     materialized: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     """Why the day was refused: failed checks and steps."""
@@ -96,28 +159,32 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
 
 @dataclass
 class AssetRun:
-    """What a run of unpartitioned assets produced, for the summary."""
+    """What a run of assets produced, for the summary."""
 
     success: bool
     window: str
+    """The training window or the partition it ran on."""
     assets: dict[str, dict[str, object]] = field(default_factory=dict)
-    """Metadata of each materialized asset, by name."""
+    """Metadata of each materialized asset, by its key (as the UI writes it)."""
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     """(check, passed, description) of every asset check that ran."""
     problem: str = ""
 
-    @property
-    def metadata(self) -> dict[str, object]:
-        """The metadata of the run's last materialization."""
-        return list(self.assets.values())[-1] if self.assets else {}
 
-
-def run_asset(
-    job: dg.JobDefinition, instance: dg.DagsterInstance, ops: dict, window: str = ""
+def run_assets(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    window: str = "",
+    ops: Mapping[str, object] | None = None,
+    partition: str | None = None,
 ) -> AssetRun:
-    run_config = {**QUIET, "ops": ops}
+    """One run of `job` (of `partition`, with the `ops` config), in this process."""
     result = job.execute_in_process(
-        instance=instance, raise_on_error=False, run_config=run_config, tags=run_tags()
+        instance=instance,
+        partition_key=partition,
+        raise_on_error=False,
+        run_config={**QUIET, "ops": dict(ops or {})},
+        tags=run_tags(),
     )
     outcome = AssetRun(result.success, window)
     for event in result.all_events:
@@ -136,171 +203,200 @@ def run_asset(
     return outcome
 
 
-def score_days(
-    job: dg.JobDefinition, instance: dg.DagsterInstance, partitions: list[str]
-) -> dict[str, AssetRun]:
-    """One `score_flights` run per day (the day's predictions, then the drift up to it)."""
-    scored = {}
-    for partition in partitions:
-        result = job.execute_in_process(
-            partition_key=partition,
-            instance=instance,
-            raise_on_error=False,
-            run_config=QUIET,
-            tags=run_tags(),
-        )
-        outcome = AssetRun(result.success, partition)
-        for event in result.all_events:
-            if event.is_step_materialization:
-                materialization = event.step_materialization_data.materialization
-                outcome.assets[materialization.asset_key.to_user_string()] = {
-                    key: getattr(v, "value", v) for key, v in materialization.metadata.items()
-                }
-            elif event.is_step_failure and event.step_failure_data.error:
-                outcome.problem = event.step_failure_data.error.message.strip()
-        scored[partition] = outcome
-    return scored
+@dataclass
+class Summary:
+    """What `make run` did for one use case, as the terminal shows it."""
 
+    case: UseCase
+    days: list[DayOutcome]
+    training: AssetRun
+    model: AssetRun
+    scored: dict[str, AssetRun]
+    """The `score_day` run of each test day."""
+    seconds: float
 
-def print_summary(
-    outcomes: list[DayOutcome],
-    training: AssetRun,
-    model: AssetRun,
-    scored: dict[str, AssetRun],
-    home: Path,
-    seconds: float,
-) -> None:
-    published = [o for o in outcomes if o.success]
+    def metadata(self, run: AssetRun, asset: str) -> dict[str, object] | None:
+        """The metadata of `asset` (the use case's asset of that name) that `run` materialized."""
+        return run.assets.get(self.case.key(asset).to_user_string())
 
-    def total(asset: str) -> int:
-        return sum(o.rows.get(asset, 0) for o in outcomes)
+    def total(self, asset: str) -> int:
+        """The rows of `asset` over every day."""
+        name = self.case.key(asset).to_user_string()
+        return sum(day.rows.get(name, 0) for day in self.days)
 
-    print()
-    print(
-        f"Ran {len(outcomes)} day(s), a training set, training, the gates and scoring in"
-        f" {seconds:.1f} s:"
-        f" {len(published)} day(s) published, {len(outcomes) - len(published)} refused."
-    )
-    print(
-        f"  flights: {total('raw_flights')} received, {total('validated_flights')} published,"
-        f" {total('quarantined_flights')} quarantined"
-    )
-    print(
-        f"  weather: {total('raw_weather')} received, {total('validated_weather')} published,"
-        f" {total('quarantined_weather')} quarantined"
-    )
-    tables = ("flight_features", "weather_features", "aircraft_features", "carrier_history")
-    online = sum("online_features" in o.materialized for o in outcomes)
-    print("  features: " + ", ".join(f"{t} {total(t)} rows" for t in tables))
-    print(f"  online store: {online} day(s) materialized")
-    for outcome in outcomes:
-        for line in outcome.quarantines + outcome.problems:
-            print("  " + line.replace("\n", "\n  "))
-    if training.success:
-        meta = training.metadata
-        splits = ", ".join(
-            f"{part} {meta.get(f'rows_{part}')} rows ({_percent(meta.get(f'positive_rate_{part}'))}"
-            " delayed)"
-            for part in ("train", "validation", "test")
-        )
-        print(f"  training set {training.window}: {splits}")
-        print(
-            f"    {meta.get('features')} features from {meta.get('feature_service')};"
-            f" {meta.get('unlabelled_rows_left_out')} cancelled/diverted flights left out;"
-            f" fingerprint {str(meta.get('dataset_fingerprint'))[:12]}"
-        )
-    else:
-        print(f"  training set {training.window}: FAILED: {training.problem}")
-    trained = model.assets.get("trained_model")
-    if trained:
-        weights = Path(str(trained.get("weights")))
-        print(
-            f"  model: {trained.get('world_size')} process(es), {trained.get('precision')},"
-            f" best epoch {trained.get('best_epoch')} of {trained.get('epochs')},"
-            f" {_number(trained.get('samples_per_s'), '.0f')} samples/s"
-        )
-        print(f"    layout:   {trained.get('layout')}")
-        print(f"    weights:  {weights}")
-        print(f"    manifest: {weights.parent / 'manifest.json'}")
-        print(f"    MLflow:   {trained.get('mlflow_run')} (after `make mlflow`)")
-    evaluation = model.assets.get("model_evaluation")
-    if evaluation:
-        print(
-            f"  evaluation on {evaluation.get('test_rows')} test rows"
-            f" (threshold {_number(evaluation.get('threshold'), '.3f')}),"
-            f" against champion: {evaluation.get('champion')}"
-        )
-        print("    " + str(evaluation.get("comparison", "")).replace("\n", "\n    "))
-        print(f"  gate: {str(evaluation.get('decision')).upper()}: {evaluation.get('reasons')}")
-        for name, passed, description in model.checks:
-            print(f"    [{'pass' if passed else 'FAIL'}] {name}: {description}")
-    exported = model.assets.get("onnx_model")
-    if exported:
-        print(f"  ONNX:     {exported.get('path')} (sha256 {str(exported.get('sha256'))[:12]})")
-    registered = model.assets.get("registered_model")
-    if registered and registered.get("unchanged"):
-        print(f"  registered: nothing new; {registered.get('model')}: {registered['unchanged']}")
-    elif registered:
-        print(
-            f"  registered: {registered.get('model')}, now champion"
-            f" (before: {registered.get('champion_before')})"
-        )
-        print(f"    MLflow:   {registered.get('mlflow_model_version')}")
-    elif evaluation:
-        print("  registered: nothing; the champion is unchanged")
-    if not model.success and model.problem:
-        print(f"  training/deployment stopped: {model.problem}")
-    for day, outcome in scored.items():
-        meta = outcome.assets.get("batch_predictions", {})
-        if outcome.success:
-            print(
-                f"  predictions {day}: {meta.get('dagster/row_count')} flights"
-                f" by {meta.get('model')},"
-                f" {meta.get('predicted_delayed')} predicted delayed,"
-                f" {meta.get('rows_with_missing_features')} with missing features"
-                f" → {meta.get('path')}"
+    def lines(self) -> list[str]:
+        return [
+            *self.day_lines(),
+            *self.training_lines(),
+            *self.model_lines(),
+            *self.scoring_lines(),
+        ]
+
+    def day_lines(self) -> list[str]:
+        case = self.case
+        published = sum(day.success for day in self.days)
+        online = case.key("online_features").to_user_string()
+        lines = [
+            f"Ran {len(self.days)} day(s) of {case.name}, a training set, training, the gates and"
+            f" scoring in {self.seconds:.1f} s: {published} day(s) published,"
+            f" {len(self.days) - published} refused.",
+            *(
+                f"  {t}: {self.total(f'raw_{t}')} received, {self.total(f'validated_{t}')}"
+                f" published, {self.total(f'quarantined_{t}')} quarantined"
+                for t in (table.name for table in case.event_tables)
+            ),
+            "  features: "
+            + ", ".join(f"{s.name} {self.total(s.name)} rows" for s in case.feature_tables),
+            f"  online store: {sum(online in day.materialized for day in self.days)} day(s)"
+            " materialized",
+        ]
+        for day in self.days:
+            for line in day.quarantines + day.problems:
+                lines.append("  " + line.replace("\n", "\n  "))
+        return lines
+
+    def training_lines(self) -> list[str]:
+        case, training = self.case, self.training
+        label = case.label
+        meta = self.metadata(training, "training_set")
+        if not training.success or meta is None:
+            return [f"  training set {training.window}: FAILED: {training.problem}"]
+        parts = []
+        for part in ("train", "validation", "test"):
+            rate = meta.get(f"positive_rate_{part}")
+            positive = f" ({_percent(rate)} positive)" if label.task == "binary" else ""
+            parts.append(f"{part} {meta.get(f'rows_{part}')} rows{positive}")
+        return [
+            f"  training set {training.window}: {', '.join(parts)}",
+            f"    {case.registered_model} predicts {label.column} of {label.view} ({label.task})"
+            f" from {meta.get('features')} features of {meta.get('feature_service')};"
+            f" {meta.get('unlabelled_rows_left_out')} rows without a label left out;"
+            f" fingerprint {str(meta.get('dataset_fingerprint'))[:12]}",
+        ]
+
+    def model_lines(self) -> list[str]:
+        model, lines = self.model, []
+        if trained := self.metadata(model, "trained_model"):
+            weights = Path(str(trained.get("weights")))
+            lines += [
+                f"  model: {trained.get('world_size')} process(es), {trained.get('precision')},"
+                f" best epoch {trained.get('best_epoch')} of {trained.get('epochs')},"
+                f" {_number(trained.get('samples_per_s'), '.0f')} samples/s",
+                f"    layout:   {trained.get('layout')}",
+                f"    weights:  {weights}",
+                f"    manifest: {weights.parent / 'manifest.json'}",
+                f"    MLflow:   {trained.get('mlflow_run')} (after `make mlflow`)",
+            ]
+        evaluation = self.metadata(model, "model_evaluation")
+        if evaluation:
+            shown = BINARY_EVALUATION if self.case.label.task == "binary" else REGRESSION_EVALUATION
+            metrics = "".join(
+                f", {key} {_number(evaluation[key], '.3f')}" for key in shown if key in evaluation
             )
-        else:
-            print(f"  predictions {day}: FAILED: {outcome.problem}")
-        if drift := outcome.assets.get("feature_drift"):
-            failed = drift.get("failed_features")
-            event = (
-                "a DRIFT EVENT (the drift_retrain sensor requests a retrain)"
-                if drift.get("drift_event")
-                else "no drift event"
+            lines += [
+                f"  evaluation on {evaluation.get('test_rows')} test rows{metrics};"
+                f" against champion: {evaluation.get('champion')}",
+                "    " + str(evaluation.get("comparison", "")).replace("\n", "\n    "),
+                *baseline_lines(self.case, evaluation),
+                f"  gate: {str(evaluation.get('decision')).upper()}: {evaluation.get('reasons')}",
+                *(
+                    f"    [{'pass' if passed else 'FAIL'}] {name}: {description}"
+                    for name, passed, description in model.checks
+                ),
+            ]
+        if exported := self.metadata(model, "onnx_model"):
+            lines.append(
+                f"  ONNX:     {exported.get('path')} (sha256 {str(exported.get('sha256'))[:12]})"
             )
-            print(
-                f"  drift {day}: window {drift.get('window')}: score PSI"
-                f" {_number(drift.get('score_psi'), '.3f')}, {event};"
-                f" {len(failed) if isinstance(failed, list) else '?'} features past their fail line"
-                f" (check: {drift.get('level')})"
+        registered = self.metadata(model, "registered_model")
+        if registered and registered.get("unchanged"):
+            lines.append(
+                f"  registered: nothing new; {registered.get('model')}: {registered['unchanged']}"
             )
-    print()
-    print(f"Results (all under {home}):")
-    print(f"  lake (Parquet, one file per asset partition): {home / 'lake'}")
-    print(f"  training set:                                 {home / 'lake' / 'training_set'}")
-    print(f"  models (weights, manifest, ONNX, gate report): {home / 'models'}")
-    print(f"  predictions (Parquet, one file per day):      {home / 'lake' / 'batch_predictions'}")
-    print(f"  MLflow runs (SQLite) and artifacts:           {home / 'mlflow'}")
-    print(f"  Feast registry and online store (SQLite):     {home / 'feast'}")
-    print(f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}")
-    print(f"  Dagster runs and events (SQLite):             {os.environ['DAGSTER_HOME']}")
-    print("  the champion's lineage, back to raw days:     make lineage")
-    print()
-    print("Open the UI: `make dev`, then http://127.0.0.1:3000. There you find:")
-    print(
-        "  Assets → Global asset lineage: the whole lifecycle in 8 groups, ingestion to monitoring;"
-    )
-    print(
-        "    each asset page shows its partitions, metadata (row counts, metrics, ROC/calibration/"
-    )
-    print("    slice/loss/drift plots) and check results (GX contracts, gate, ONNX parity, drift).")
-    print("  Runs: every run this command made, step by step, with logs.")
-    print("  Automation: nightly_daily_partition, nightly_retrain and the drift_retrain sensor")
-    print("    (off until you switch them on; `make dev` runs the daemon that acts on them).")
-    print("  Jobs → daily_partition → Materialize / Backfill: any day or range of 2013;")
-    print("    retrain: train now; rollback_champion_job: move the champion back.")
-    print("MLflow: `make mlflow`, then http://127.0.0.1:5000 (runs, Models → flight_delay).")
+        elif registered:
+            lines += [
+                f"  registered: {registered.get('model')}, now champion"
+                f" (before: {registered.get('champion_before')})",
+                f"    MLflow:   {registered.get('mlflow_model_version')}",
+            ]
+        elif evaluation:
+            lines.append(f"  registered: nothing; {self.case.registered_model}'s champion stays")
+        if not model.success and model.problem:
+            lines.append(f"  training/deployment stopped: {model.problem}")
+        return lines
+
+    def scoring_lines(self) -> list[str]:
+        sensor = definition_name(self.case, "drift_retrain")
+        lines = []
+        for day, outcome in self.scored.items():
+            meta = self.metadata(outcome, "batch_predictions") or {}
+            if outcome.success:
+                mean = ""
+                if self.case.label.task == "binary" and "mean_probability" in meta:
+                    mean = f", mean probability {_number(meta['mean_probability'], '.3f')}"
+                lines.append(
+                    f"  predictions {day}: {meta.get('dagster/row_count')} rows"
+                    f" by {meta.get('model')}{mean},"
+                    f" {meta.get('rows_with_missing_features')} with missing features"
+                    f" → {meta.get('path')}"
+                )
+            else:
+                lines.append(f"  predictions {day}: FAILED: {outcome.problem}")
+            if drift := self.metadata(outcome, "feature_drift"):
+                failed = drift.get("failed_features")
+                event = (
+                    f"a DRIFT EVENT (the {sensor} sensor requests a retrain)"
+                    if drift.get("drift_event")
+                    else "no drift event"
+                )
+                lines.append(
+                    f"  drift {day}: window {drift.get('window')}: score PSI"
+                    f" {_number(drift.get('score_psi'), '.3f')}, {event};"
+                    f" {len(failed) if isinstance(failed, list) else '?'} features past their"
+                    f" fail line (check: {drift.get('level')})"
+                )
+        return lines
+
+
+def where_lines(case: UseCase, home: Path) -> list[str]:
+    """Where `make run` left its results, and where to look at them."""
+    lake = home / "lake"
+
+    def folder(asset: str) -> Path:  # the lake's layout: a folder per asset key
+        return lake.joinpath(*case.key(asset).path)
+
+    def name(base: str) -> str:
+        return definition_name(case, base)
+
+    last = dt.date.fromisoformat(case.partitions.end) - dt.timedelta(days=1)
+    return [
+        f"Results (all under {home}):",
+        f"  lake (Parquet, one file per asset partition): {lake}",
+        f"  training set:                                 {folder('training_set')}",
+        f"  models (weights, manifest, ONNX, gate report): {home / 'models'}",
+        f"  predictions (Parquet, one file per day):      {folder('batch_predictions')}",
+        f"  MLflow runs (SQLite) and artifacts:           {home / 'mlflow'}",
+        f"  Feast registry and online store (SQLite):     {home / 'feast'}",
+        f"  GX Data Docs:                                 {home / 'gx' / 'data_docs'}",
+        f"  Dagster runs and events (SQLite):             {os.environ.get('DAGSTER_HOME')}",
+        f"  the champion's lineage, back to raw days:     make lineage"
+        f' ARGS="model --use-case {case.name}"',
+        "",
+        "Open the UI: `make dev`, then http://127.0.0.1:3000. There you find:",
+        "  Assets → Global asset lineage: the whole lifecycle, ingestion to monitoring;",
+        "    each asset page shows its partitions, metadata (row counts, metrics, plots)",
+        "    and check results (contracts, gate, ONNX parity, drift).",
+        "  Runs: every run this command made, step by step, with logs.",
+        f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')} and the"
+        f" {name('drift_retrain')} sensor",
+        "    (off until you switch them on; `make dev` runs the daemon that acts on them).",
+        f"  Jobs → {name('daily_partition')} → Materialize / Backfill: any day or range from"
+        f" {case.partitions.start} to {last};",
+        f"    {name('retrain')}: train now; {name('rollback_champion_job')}: move the champion"
+        " back.",
+        f"MLflow: `make mlflow`, then http://127.0.0.1:5000 (runs, Models →"
+        f" {case.registered_model}).",
+    ]
 
 
 def _number(value: object, spec: str) -> str:
@@ -320,17 +416,17 @@ def _day(text: str) -> dt.date:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the lifecycle on the bundled data.")
+    parser = argparse.ArgumentParser(description="Run a use case's lifecycle on its bundled data.")
+    parser.add_argument(
+        "--use-case", metavar="NAME", help="the declared use case to run (default: the first)"
+    )
     parser.add_argument(
         "--start",
         type=_day,
-        default=DEFAULT_START,
-        help=f"first day of the training set (YYYY-MM-DD); days from {HISTORY_DAYS} days earlier"
-        " are processed too, for the trailing-delay history",
+        help="first day of the training set (YYYY-MM-DD; default: the use case's default window);"
+        " the days its trailing features read back are processed too",
     )
-    parser.add_argument(
-        "--end", type=_day, default=DEFAULT_END, help="last day, inclusive (YYYY-MM-DD)"
-    )
+    parser.add_argument("--end", type=_day, help="last day, inclusive (YYYY-MM-DD)")
     parser.add_argument(
         "--processes",
         type=int,
@@ -347,43 +443,46 @@ def main(argv: list[str] | None = None) -> int:
     import feast  # noqa: F401
 
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
-    from pipelines.definitions import defs, environment, instance_file, local_home
-    from pipelines.partitions import daily_partitions, training_config
+    from pipelines.definitions import USE_CASES, defs, environment, instance_file, local_home
     from pipelines.run_health import release_dead_runs
 
-    home = local_home()
-    ensure_dagster_home(home, instance_file(environment()))
-    start, end = args.start, args.end
+    try:
+        case = choose_use_case(USE_CASES, args.use_case)
+    except ValueError as error:
+        parser.error(str(error))
+    default_start, default_end = default_window(case)
+    start, end = args.start or default_start, args.end or default_end
     if (end - start).days < 2:
         parser.error(f"the training window {start}..{end} needs at least 3 days (train/val/test)")
-    first = start - dt.timedelta(days=HISTORY_DAYS)
+    first = start - dt.timedelta(days=history_days(case))
     partitions = [
         key
-        for key in daily_partitions.get_partition_keys()
+        for key in case.partitions.definition().get_partition_keys()
         if first <= dt.date.fromisoformat(key) <= end
     ]
     if not partitions:
-        parser.error(f"no partitions between {first} and {end}")
+        parser.error(f"no partitions of {case.name} between {first} and {end}")
 
+    def job(base: str) -> dg.JobDefinition:
+        return defs.resolve_job_def(definition_name(case, base))
+
+    home = local_home()
+    ensure_dagster_home(home, instance_file(environment()))
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         # A run an earlier, killed `make run` left unfinished would hold its pool slots forever.
         for released in release_dead_runs(instance):
             print(f"run {released.run_id} ({released.job_name}): {released.reason}", flush=True)
-        for job, what in (
-            ("load_dimensions", "Loading the dimension tables"),
-            ("apply_feature_registry", "Applying the Feast registry"),
-        ):
-            setup = defs.resolve_job_def(job).execute_in_process(
-                instance=instance, raise_on_error=False, run_config=QUIET, tags=run_tags()
-            )
-            if not setup.success:
+        setups = [("apply_feature_registry", "Applying the Feast registry")]
+        if case.dimensions:
+            setups.insert(0, ("load_dimensions", "Loading the dimension tables"))
+        for setup, what in setups:
+            if not run_assets(job(setup), instance).success:
                 print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
                 return 1
-        # The lead-in days are only ingested and validated: the window's history features read
-        # their published flights; their own features would need a lead-in of their own.
-        lead_in = defs.resolve_job_def("ingest_and_validate")
-        daily = defs.resolve_job_def("daily_partition")
+        # The lead-in days are only ingested and validated: the window's trailing features read
+        # their published rows; their own features would need a lead-in of their own.
+        lead_in, daily = job("ingest_and_validate"), job("daily_partition")
         outcomes = []
         for partition in partitions:
             in_window = dt.date.fromisoformat(partition) >= start
@@ -391,21 +490,29 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             status = "published" if outcome.success else "REFUSED"
             print(f"{partition}: {status}{'' if in_window else ' (history lead-in)'}", flush=True)
-        window = training_config(start, end)
-        training = run_asset(
-            defs.resolve_job_def("build_training_set"),
+        window = case.window.config(start, end)
+        training = run_assets(
+            job("build_training_set"),
             instance,
-            {"training_set": {"config": window}},
             f"[{window['start']}, {window['end']})",
+            ops={case.key("training_set").to_python_identifier(): {"config": window}},
         )
         model = AssetRun(False, "")
         scored: dict[str, AssetRun] = {}
         if training.success:
-            model = run_asset(defs.resolve_job_def("train_model"), instance, {})
+            model = run_assets(job("train_model"), instance)
             # The test days: the champion (new, or kept when the gate refused) scores them.
-            test_days = [p for p in partitions if p >= window["test_start"]]
-            scored = score_days(defs.resolve_job_def("score_flights"), instance, test_days)
-    print_summary(outcomes, training, model, scored, home, time.perf_counter() - began)
+            scoring = job("score_day")
+            scored = {
+                day: run_assets(scoring, instance, day, partition=day)
+                for day in partitions
+                if day >= window["test_start"]
+            }
+    summary = Summary(case, outcomes, training, model, scored, time.perf_counter() - began)
+    print()
+    print("\n".join(summary.lines()))
+    print()
+    print("\n".join(where_lines(case, home)))
     scoring_ok = bool(scored) and all(s.success for s in scored.values())
     return 0 if training.success and model.success and scoring_ok else 1
 

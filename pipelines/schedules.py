@@ -1,18 +1,18 @@
-"""Schedules: the nightly day and the nightly retrain.
+"""Schedules: a use case's nightly day and nightly retrain.
 
 Both are off until switched on (UI → Automation, or `ML_LIFECYCLE_AUTOMATION=on` for a
-deployment that should start with them running). Cron strings and their timezone come from the
-environment so that an operator changes them without touching code:
+deployment that should start with them running). Their defaults are the use case's declaration;
+the environment overrides them so that an operator changes them without touching code:
 
 | variable | default | what |
 |---|---|---|
-| `ML_LIFECYCLE_DAILY_AT` | `02:30` | when the previous day is processed, in the data's timezone |
-| `ML_LIFECYCLE_RETRAIN_CRON` | `0 4 * * *` | when the nightly retrain starts |
-| `ML_LIFECYCLE_SCHEDULE_TIMEZONE` | America/New_York | the retrain cron's timezone |
-| `ML_LIFECYCLE_TRAINING_DAYS` | 31 | days in a retrain's training window |
+| `ML_LIFECYCLE_DAILY_AT` | `daily_at` | when the day before is processed, in the data's timezone |
+| `ML_LIFECYCLE_RETRAIN_CRON` | `retrain_cron` | when the nightly retrain starts |
+| `ML_LIFECYCLE_SCHEDULE_TIMEZONE` | `partitions.timezone` | the retrain cron's timezone |
+| `ML_LIFECYCLE_TRAINING_DAYS` | `window.days` | days in a retrain's training window |
 
-The daily schedule runs in the partitions' own timezone (where a day is cut, DATA_TIMEZONE):
-Dagster ties a partitioned schedule to it, so its hour is all there is to set.
+The daily schedule runs in the partitions' own timezone (where a day is cut): Dagster ties a
+partitioned schedule to it, so its hour is all there is to set.
 
 When the daemon was down for several ticks: the daily schedule is partitioned, so on restart it
 launches the missed days, each its own partition, at most `max_catchup_runs` of them (7,
@@ -23,42 +23,44 @@ window is trained once however many ticks name it.
 
 import datetime as dt
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
-from pipelines.jobs import daily_job, retrain_job
-from pipelines.partitions import DATA_TIMEZONE, partition_day, training_config
+from assets.usecase import UseCase, partition_day
+from pipelines.jobs import Job, definition_name, find_job
 
-LABELS = dg.AssetKey("flight_outcomes")
-"""The table whose days have known outcomes: a training window ends at its latest day."""
 TRIGGER_TAG = "ml_lifecycle/trigger"
 WINDOW_END_TAG = "ml_lifecycle/window_end"
 
 
 @dataclass(frozen=True)
 class AutomationSettings:
-    daily_at: str = "02:30"
+    """How one use case's schedules and drift sensor run: its declaration's defaults, overridden
+    by the environment (`from_env`)."""
+
+    daily_at: str
     """HH:MM in the data timezone; the tick processes the day that ended before it."""
-    retrain_cron: str = "0 4 * * *"
-    timezone: str = DATA_TIMEZONE
-    training_days: int = 31
+    retrain_cron: str
+    timezone: str
+    """The retrain cron's timezone."""
+    training_days: int
     drift_cooldown_hours: float = 24.0
     """After a drift-triggered retrain is requested, further drift events wait this long."""
     running: bool = False
     """Whether schedules and the sensor start running (otherwise: switched on in the UI)."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> "AutomationSettings":
-        defaults = cls()
+    def from_env(cls, case: UseCase, env: Mapping[str, str] = os.environ) -> "AutomationSettings":
+        """`case`'s declared automation, overridden by the environment's variables, checked."""
         settings = cls(
-            daily_at=env.get("ML_LIFECYCLE_DAILY_AT", defaults.daily_at),
-            retrain_cron=env.get("ML_LIFECYCLE_RETRAIN_CRON", defaults.retrain_cron),
-            timezone=env.get("ML_LIFECYCLE_SCHEDULE_TIMEZONE", defaults.timezone),
-            training_days=int(env.get("ML_LIFECYCLE_TRAINING_DAYS", defaults.training_days)),
+            daily_at=env.get("ML_LIFECYCLE_DAILY_AT", case.daily_at),
+            retrain_cron=env.get("ML_LIFECYCLE_RETRAIN_CRON", case.retrain_cron),
+            timezone=env.get("ML_LIFECYCLE_SCHEDULE_TIMEZONE", case.partitions.timezone),
+            training_days=int(env.get("ML_LIFECYCLE_TRAINING_DAYS", case.window.days)),
             drift_cooldown_hours=float(
-                env.get("ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS", defaults.drift_cooldown_hours)
+                env.get("ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS", cls.drift_cooldown_hours)
             ),
             running=env.get("ML_LIFECYCLE_AUTOMATION", "off").lower() in {"on", "1", "true"},
         )
@@ -92,14 +94,15 @@ class AutomationSettings:
         )
 
 
-def latest_labelled_day(instance: dg.DagsterInstance) -> dt.date | None:
-    """The last day whose outcomes are published (the label table's latest partition)."""
-    days = instance.get_materialized_partitions(LABELS)
+def latest_labelled_day(instance: dg.DagsterInstance, case: UseCase) -> dt.date | None:
+    """The last day whose outcomes are published: the latest partition of the label's table."""
+    days = instance.get_materialized_partitions(case.key(case.label.table))
     return max((partition_day(d) for d in days), default=None)
 
 
 def retrain_request(
     instance: dg.DagsterInstance,
+    case: UseCase,
     settings: AutomationSettings,
     trigger: str,
     run_key: str | None = None,
@@ -107,24 +110,29 @@ def retrain_request(
 ) -> dg.RunRequest | dg.SkipReason:
     """A retrain over the `training_days` that end with the last labelled day; its run key is
     `run_key`, by default the trigger and that day (one retrain per window)."""
-    last = latest_labelled_day(instance)
+    last = latest_labelled_day(instance, case)
     if last is None:
-        return dg.SkipReason(f"no day of {LABELS.to_user_string()} is published yet")
+        labels = case.key(case.label.table).to_user_string()
+        return dg.SkipReason(f"no day of {labels} is published yet")
     first = last - dt.timedelta(days=settings.training_days - 1)
+    training_set = case.key("training_set").to_python_identifier()
     return dg.RunRequest(
         run_key=run_key or f"{trigger}:{last.isoformat()}",
-        run_config={"ops": {"training_set": {"config": training_config(first, last)}}},
+        run_config={"ops": {training_set: {"config": case.window.config(first, last)}}},
         tags={TRIGGER_TAG: trigger, WINDOW_END_TAG: last.isoformat(), **tags},
     )
 
 
-def build_schedules(settings: AutomationSettings) -> list:
+def build_schedules(case: UseCase, settings: AutomationSettings, jobs: Sequence[Job]) -> list:
+    """`case`'s nightly day (a partitioned schedule, resolved with the Definitions) and nightly
+    retrain, running `jobs` (as `build_jobs` made them)."""
+    daily = find_job(jobs, case, "daily_partition")
     nightly_day = dg.build_schedule_from_partitioned_job(
-        daily_job,
-        name="nightly_daily_partition",
+        daily,
+        name=definition_name(case, "nightly_daily_partition"),
         description=(
-            "Each night, the previous day (data timezone) through `daily_partition`: ingest,"
-            " validate, features, online store, score, drift."
+            f"Each night, the previous day ({case.partitions.timezone}) through `{daily.name}`:"
+            " ingest, validate, features, online store, score, drift."
         ),
         hour_of_day=settings.daily_time().hour,
         minute_of_hour=settings.daily_time().minute,
@@ -132,10 +140,10 @@ def build_schedules(settings: AutomationSettings) -> list:
     )
 
     @dg.schedule(
-        name="nightly_retrain",
+        name=definition_name(case, "nightly_retrain"),
         cron_schedule=settings.retrain_cron,
         execution_timezone=settings.timezone,
-        job=retrain_job,
+        job=find_job(jobs, case, "retrain"),
         default_status=settings.status,
         description=(
             f"Each night, a retrain on the last {settings.training_days} labelled days; skipped"
@@ -143,6 +151,6 @@ def build_schedules(settings: AutomationSettings) -> list:
         ),
     )
     def nightly_retrain(context: dg.ScheduleEvaluationContext):
-        return retrain_request(context.instance, settings, "schedule")
+        return retrain_request(context.instance, case, settings, "schedule")
 
     return [nightly_day, nightly_retrain]

@@ -1,9 +1,9 @@
-"""The drift sensor: one retrain per drift event.
+"""The drift sensor: one retrain per drift event, one sensor per use case.
 
-`feature_drift` records in each materialization whether its window drifted from the champion's
-training reference (`drift_event`) and which champion it compared with. The sensor reads those
-materializations after its cursor (the last event-log id it has seen) and requests a retrain for
-the latest drift event among them, unless:
+A use case's `feature_drift` records in each materialization whether its window drifted from the
+champion's training reference (`drift_event`) and which champion it compared with. The sensor
+reads those materializations after its cursor (the last event-log id it has seen) and requests a
+retrain for the latest drift event among them, unless:
 
 - a retrain is already queued or running (it will produce the next champion; its outcome decides
   whether drift persists);
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DRIFT_EVENT, feature_drift
-from pipelines.jobs import retrain_job
+from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DRIFT_EVENT
+from assets.usecase import UseCase
+from pipelines.jobs import Job, definition_name
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings, retrain_request
 
 EVENT_TAG = "ml_lifecycle/drift_event"
@@ -37,17 +38,23 @@ def _value(metadata: Mapping[str, object], key: str):
     return getattr(entry, "value", entry)
 
 
-def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
+def build_drift_sensor(
+    case: UseCase, settings: AutomationSettings, retrain_job: Job
+) -> dg.SensorDefinition:
+    """`case`'s drift sensor, requesting runs of `retrain_job` (its `retrain`)."""
+    drift = case.key("feature_drift")
+    name = drift.to_user_string()
+
     @dg.sensor(
-        name="drift_retrain",
+        name=definition_name(case, "drift_retrain"),
         job=retrain_job,
         minimum_interval_seconds=300,
         default_status=(
             dg.DefaultSensorStatus.RUNNING if settings.running else dg.DefaultSensorStatus.STOPPED
         ),
         description=(
-            "Requests one retrain per drift event recorded by feature_drift (the champion's score"
-            f" drifted), at most one per {settings.drift_cooldown_hours:g} h, never while a"
+            f"Requests one retrain per drift event recorded by {name} (the champion's score"
+            " drifted), at most one per {settings.drift_cooldown_hours:g} h, never while a"
             " retrain is running."
         ),
     )
@@ -55,12 +62,12 @@ def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
         instance = context.instance
         after = int(context.cursor) if context.cursor else None
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=feature_drift.key, after_storage_id=after),
+            dg.AssetRecordsFilter(asset_key=drift, after_storage_id=after),
             limit=BATCH,
             ascending=True,
         ).records
         if not records:
-            return dg.SkipReason("no new feature_drift materialization")
+            return dg.SkipReason(f"no new {name} materialization")
         context.update_cursor(str(records[-1].storage_id))
         events, past = [], []
         for record in records:
@@ -82,7 +89,7 @@ def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
                 if past
                 else ""
             )
-            return dg.SkipReason(f"{len(records)} feature_drift materialization(s), no drift{old}")
+            return dg.SkipReason(f"{len(records)} {name} materialization(s), no drift{old}")
         event = events[-1]  # the latest: one retrain answers all events seen at once
 
         busy = instance.get_run_records(
@@ -101,7 +108,9 @@ def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
             return dg.SkipReason(
                 f"drift event {event}: retrain run {busy[0].dagster_run.run_id} is in progress"
             )
-        if instance.get_run_records(dg.RunsFilter(tags={EVENT_TAG: event}), limit=1):
+        # The event names a model version and a day, which another use case's may share.
+        answered = dg.RunsFilter(job_name=retrain_job.name, tags={EVENT_TAG: event})
+        if instance.get_run_records(answered, limit=1):
             return dg.SkipReason(f"drift event {event} already had its retrain")
         last = instance.get_run_records(
             dg.RunsFilter(job_name=retrain_job.name, tags={TRIGGER_TAG: "drift"}), limit=1
@@ -115,7 +124,7 @@ def build_drift_sensor(settings: AutomationSettings) -> dg.SensorDefinition:
                     f" {since / 3600:.1f} h ago (cooldown {settings.drift_cooldown_hours:g} h)"
                 )
         return retrain_request(
-            instance, settings, "drift", run_key=f"drift:{event}", **{EVENT_TAG: event}
+            instance, case, settings, "drift", run_key=f"drift:{event}", **{EVENT_TAG: event}
         )
 
     return drift_retrain

@@ -69,10 +69,10 @@ SAMPLE_SIZE = 5
 @dataclass(frozen=True)
 class ColumnRule:
     """What one column must hold. Bounds are inclusive; `allowed_from` names a reference set
-    (`"<table>.<column>"`) handed to `validate_partition`, such as the carriers of `airlines`;
+    (`"<table>.<column>"`) handed to `validate_partition`, such as the codes of a dimension table;
     `pattern` (a Python regular expression) must match a value whole: `[A-Z]{3}` refuses
     `"IAH\\n"` and `"xIAH"`; `required_when_present` names columns on whose rows with a value
-    this column must have one too (an arrival delay wherever an air time was recorded);
+    this column must have one too (an end time wherever a duration was recorded);
     `event_time_part` says the column restates that part of the contract's event time, read in
     the partition's time zone (a day's `year`/`month`/`day`): with the event time inside the
     partition's window, such columns also name the partition's day.
@@ -80,7 +80,7 @@ class ColumnRule:
     A number column gets a type rule (a dtype check, nearly free). A text column's values are
     held by its allowed set or pattern when it has one; only a text column with neither gets a
     type rule, because GX checks text types value by value in Python, which costs more than all
-    the other rules of the flights suite together (measured in docs/benchmarks.md).
+    the other rules of the bundled suites together (measured in docs/benchmarks.md).
     """
 
     column: str
@@ -107,7 +107,9 @@ class TableContract:
     event_time: str
     """A UTC-aware timestamp column that must fall inside the partition's day."""
     min_rows: int
-    """Fewer rows refuse the partition; GX passes every row rule on an empty table."""
+    """Fewer rows refuse the partition (GX passes every row rule on an empty table). What an
+    empty day means is the contract's to say: 0 publishes it empty (a sparse table, where a day
+    without events is normal); 1 or more refuses it."""
     max_rejected_share: float
     """Largest fraction (0..1) of rows that may be quarantined before the partition is refused."""
     missing_values: tuple[str, ...] = ("",)
@@ -117,8 +119,8 @@ class TableContract:
     def __post_init__(self) -> None:
         if not 0 <= self.max_rejected_share < 1:
             raise ValueError(f"max_rejected_share must be in [0, 1), got {self.max_rejected_share}")
-        if self.min_rows < 1:
-            raise ValueError(f"min_rows must be at least 1, got {self.min_rows}")
+        if self.min_rows < 0:
+            raise ValueError(f"min_rows must be 0 or more, got {self.min_rows}")
         names = [rule.column for rule in self.columns]
         unknown = set(self.natural_key) - set(names) | ({self.event_time} - set(names))
         if unknown:
@@ -130,6 +132,14 @@ class TableContract:
     @property
     def column_names(self) -> list[str]:
         return [rule.column for rule in self.columns]
+
+    def typed_empty(self, frame: "pd.DataFrame") -> "pd.DataFrame":
+        """A table of no rows (a drop of a header alone, whose columns have no type to tell) with
+        each declared column typed as the contract says; its columns stay the drop's, for the
+        column-set rule to judge."""
+        dtypes = {"number": "float64", "text": "object", "timestamp": "datetime64[ns, UTC]"}
+        kinds = {rule.column: dtypes[rule.kind] for rule in self.columns}
+        return frame.astype({c: kinds[c] for c in frame.columns if c in kinds})
 
     @property
     def timestamp_columns(self) -> list[str]:
@@ -484,10 +494,14 @@ def _expectations(contract: TableContract) -> list[Any]:
                     "row",
                 )
             )
+    # GX's compound rule takes two columns at least; a one-column key has a rule of its own.
+    (only,) = contract.natural_key if len(contract.natural_key) == 1 else (None,)
     out.append(
         tag(
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.natural_key)),
-            "natural_key.unique",
+            gxe.ExpectColumnValuesToBeUnique(column=only)
+            if only is not None
+            else gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.natural_key)),
+            _UNIQUE_KEY,
             "row",
         )
     )
@@ -514,7 +528,7 @@ def _whole(pattern: str) -> str:
 
 
 def _parameter(reference: str) -> str:
-    """GX suite parameters must be identifiers: `airlines.carrier` → `airlines__carrier`."""
+    """GX suite parameters must be identifiers: `stores.code` → `stores__code`."""
     return reference.replace(".", "__")
 
 
@@ -693,14 +707,14 @@ def _validation_definition(data_docs_dir: str, contract: TableContract) -> Any:
     import great_expectations as gx
 
     context = _gx_context(data_docs_dir)
+    # The expectations first: one that cannot be built leaves nothing half-registered.
+    expectations = _expectations(contract)
     batch = (
         context.data_sources.get("frames")
         .add_dataframe_asset(contract.table)
         .add_batch_definition_whole_dataframe("partition")
     )
-    suite = context.suites.add(
-        gx.ExpectationSuite(name=contract.table, expectations=_expectations(contract))
-    )
+    suite = context.suites.add(gx.ExpectationSuite(name=contract.table, expectations=expectations))
     return context.validation_definitions.add(
         gx.ValidationDefinition(name=contract.table, data=batch, suite=suite)
     )

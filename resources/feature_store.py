@@ -1,6 +1,10 @@
 """Feast, behind one resource: apply the declarations, materialize a day, build point-in-time
 training sets, read online features.
 
+Every use case is a Feast project of its own, declared by its own module of the repository
+(`feature_repo/<use case>.py`): its views, services and online tables never meet another's, and
+applying one never touches another (`FeastFeatureStore.for_use_case`).
+
 Feast is imported on first use, never at code-location load (`import feast` takes ~11 s here).
 """
 
@@ -32,7 +36,7 @@ are, so the last instant Feast is asked for is `end - BEFORE`."""
 
 FEATURE_STORE_YAML = "feature_store.yaml"
 DEFAULT_REPO = Path(__file__).resolve().parents[1] / "feature_repo"
-"""The Feast repository of the bundled use case."""
+"""The project's Feast repository: a module of declarations per use case."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,13 @@ class Materialization:
     feature_views: list[str]
 
 
-def declarations_version(repo_path: str | Path) -> str:
-    """A short hash of the repo's declarations and settings: changes exactly when they do."""
+def declarations_version(repo_path: str | Path, module: str | None = None) -> str:
+    """A short hash of the repo's declarations (`module` alone, if given) and settings: changes
+    exactly when they do."""
     digest = hashlib.sha256()
     root = Path(repo_path)
-    for path in sorted([*root.glob("*.py"), root / FEATURE_STORE_YAML, root / ".feastignore"]):
+    modules = [root / module] if module else root.glob("*.py")
+    for path in sorted([*modules, root / FEATURE_STORE_YAML, root / ".feastignore"]):
         if path.is_file():
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
@@ -92,6 +98,18 @@ class FeastFeatureStore(dg.ConfigurableResource):
         description="The folder the offline store reads the lake's tables from (a local or"
         " mounted path).",
     )
+    project: str | None = Field(
+        default=None,
+        description="The Feast project; None: feature_store.yaml's (what the feast CLI uses).",
+    )
+    declarations: str | None = Field(
+        default=None,
+        description="The module of the repository that declares the project; None: all.",
+    )
+
+    def for_use_case(self, name: str) -> "FeastFeatureStore":
+        """This store as the Feast project of use case `name`, declared by `<name>.py`."""
+        return self.model_copy(update={"project": name, "declarations": f"{name}.py"})
 
     def apply(self) -> AppliedRepo:
         """Register the repo's declarations, delete what was removed from them, create the online
@@ -99,7 +117,7 @@ class FeastFeatureStore(dg.ConfigurableResource):
         from feast.repo_operations import extract_objects_for_apply_delete, parse_repo
 
         store = self.store()
-        with _inside(Path(self.repo_path).resolve()) as root:
+        with _declarations(Path(self.repo_path).resolve(), self.declarations) as root:
             repo = parse_repo(root)
         with _one_apply_at_a_time(store):
             # What to add and delete is decided against the registry as it is now, not as this
@@ -176,7 +194,7 @@ class FeastFeatureStore(dg.ConfigurableResource):
     def online_features(self, entity_rows: "pd.DataFrame", service: str) -> "pd.DataFrame":
         """The online store's current features of a FeatureService for each entity row.
 
-        A missing text key (a flight without a tail number) finds nothing, so that view's
+        A missing text key (an entity row without one of its keys) finds nothing, so that view's
         features are null, as offline. Feast's Redis store cannot sort a null key at all (it
         raises TypeError), so the lookup uses an empty string, no entity's key, and the row keeps
         its null; a missing number key is refused by name."""
@@ -231,6 +249,7 @@ class FeastFeatureStore(dg.ConfigurableResource):
             str(Path(self.repo_path).resolve()),
             self.home,
             Services(self.registry_url, self.redis_url, self.offline_root),
+            self.project,
         )
 
 
@@ -280,6 +299,26 @@ def _one_apply_at_a_time(store: "feast.FeatureStore") -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _declarations(repo_path: Path, module: str | None) -> Iterator[Path]:
+    """A folder Feast parses for the declarations to apply: the repo, or a copy of one module
+    (Feast imports every Python file of the folder it is given)."""
+    if module is None:
+        with _inside(repo_path) as root:
+            yield root
+        return
+    import shutil
+    import tempfile
+
+    source = repo_path / module
+    if not source.is_file():
+        raise FileNotFoundError(f"no Feast declarations {source} for project {module[:-3]!r}")
+    with tempfile.TemporaryDirectory(prefix="feast-declarations-") as folder:
+        shutil.copyfile(source, Path(folder) / module)
+        with _inside(Path(folder)) as root:
+            yield root
 
 
 @contextlib.contextmanager
@@ -349,7 +388,7 @@ def local_folder(location: str) -> str:
 
 @functools.cache
 def _feature_store(
-    repo_path: str, home: str | None, services: Services = Services()
+    repo_path: str, home: str | None, services: Services = Services(), project: str | None = None
 ) -> "feast.FeatureStore":
     """One FeatureStore per process and setting: it caches the registry between calls."""
     import feast
@@ -361,6 +400,8 @@ def _feature_store(
     if home is not None:
         settings = _under_home(settings, Path(home))
     settings = services.apply_to(settings)
+    if project is not None:
+        settings["project"] = project
     config = RepoConfig(repo_path=Path(repo_path), **settings)
     return feast.FeatureStore(repo_path=repo_path, config=config)
 

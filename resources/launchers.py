@@ -4,7 +4,6 @@ reports back through Dagster Pipes. The Kubernetes launchers are in resources/ku
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -87,7 +86,9 @@ class LocalTorchrun(TrainingLauncher):
         if self.processes is not None:
             threads = self.threads_per_process or max(cores // self.processes, 1)
             return self.processes, threads, config, "as configured"
-        resumed = _checkpoint_world_size(Path(config.output_dir) / "checkpoints")
+        from ml.checkpoint import newest_world_size
+
+        resumed = newest_world_size(Path(config.output_dir) / "checkpoints")
         if resumed is not None:  # a step retry resumes: keep the first attempt's layout
             batch = config.optim.batch_size * cores // resumed
             optim = dataclasses.replace(config.optim, batch_size=batch)
@@ -193,9 +194,3 @@ _PR_SET_PDEATHSIG = 1
 def _kill_group(process: subprocess.Popen, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-
-
-def _checkpoint_world_size(root: Path) -> int | None:
-    """The world size of the newest checkpoint under `root` (see ml.checkpoint), if any."""
-    positions = sorted(root.glob("step-*/position.json"))
-    return json.loads(positions[-1].read_text())["world_size"] if positions else None

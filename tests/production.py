@@ -161,7 +161,7 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             resources = production_resources(home)
             # The instance reads DAGSTER_POSTGRES_URL once, when it connects.
             instance = dg.DagsterInstance.from_config(str(dagster_home))
-        resources["source"] = DropFolderSource(root=str(drops))
+        resources["flights_source"] = DropFolderSource(root=str(drops))
         resources["expectations"] = GreatExpectations(
             data_docs_dir=str(home / "docs"), build_data_docs=False
         )

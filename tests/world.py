@@ -24,8 +24,9 @@ from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
-from resources.sources import BundledFlightsSource, DropFolderSource
-from tests.conftest import bundled_day, write_csv_drop
+from resources.sources import DropFolderSource
+from tests.conftest import CASE, bundled_day, node, write_csv_drop
+from usecases.flights.source import BundledFlightsSource
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,11 +83,13 @@ class World:
         ops: dict | None = None,
         assets: list[str] | None = None,
     ) -> dg.ExecuteInProcessResult:
-        return self.defs.resolve_job_def(job).execute_in_process(
+        """Runs the flights use case's job `job` (its base name, e.g. `daily_partition`), with
+        `ops` config by asset name (or `rollback_champion`)."""
+        return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
             instance=self.instance,
             partition_key=partition,
-            run_config={**QUIET, "ops": ops or {}},
-            asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
+            run_config={**QUIET, "ops": op_config(ops or {})},
+            asset_selection=[CASE.key(a) for a in assets] if assets else None,
             raise_on_error=False,
         )
 
@@ -102,6 +105,14 @@ class World:
                 "model_evaluation": {"config": {**LENIENT, **(evaluation or {})}},
             },
         )
+
+
+def op_config(ops: dict) -> dict:
+    """Run config of ops named by their asset (or base op) name, under their real node names."""
+    return {
+        CASE.name_for(name) if name == "rollback_champion" else node(name): config
+        for name, config in ops.items()
+    }
 
 
 def fixed_layout(launcher: LocalTorchrun) -> LocalTorchrun:
@@ -126,7 +137,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = tmp_path_factory.mktemp("world")
     drops = make_drops(home / "drops", HISTORY + DAYS)
     resources = local_resources(home)
-    resources["source"] = DropFolderSource(root=str(drops))
+    resources["flights_source"] = DropFolderSource(root=str(drops))
     resources["expectations"] = GreatExpectations(
         data_docs_dir=str(home / "docs"), build_data_docs=False
     )

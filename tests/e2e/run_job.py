@@ -20,8 +20,9 @@ JOB = "TEST_RUN_JOB"
 
 def _job() -> dg.JobDefinition:
     from pipelines.definitions import defs
+    from usecases.flights import USE_CASE
 
-    return defs.resolve_job_def(os.environ[JOB])
+    return defs.resolve_job_def(USE_CASE.name_for(os.environ[JOB]))
 
 
 def main() -> int:

@@ -35,6 +35,7 @@ from pipelines.run_health import release_dead_runs
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
+from tests.conftest import CASE, lake_file, node
 from tests.world import LENIENT, QUIET, REPO, make_drops
 
 # Each test runs a chain of lifecycle runs, several in fresh processes (the module's world is
@@ -47,10 +48,10 @@ WINDOW = {"start": "2013-01-01", "validation_start": "2013-01-03", "test_start":
           "end": "2013-01-05"}  # fmt: skip
 TRAIN = {
     "ops": {
-        "trained_model": {
+        node("trained_model"): {
             "config": {"optim": {"max_epochs": 4, "batch_size": 64}, "checkpoint_every_steps": 8}
         },
-        "model_evaluation": {"config": LENIENT},
+        node("model_evaluation"): {"config": LENIENT},
     }
 }
 POOLS = ("training", "feast_registry", "model_registry")
@@ -80,7 +81,7 @@ class Mini:
         """A run in this process, for what the tests do not kill; dead runs are released first,
         as `make run` does."""
         release_dead_runs(self.instance)
-        return self.defs.resolve_job_def(job).execute_in_process(
+        return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
             instance=self.instance,
             partition_key=partition,
             run_config={**QUIET, **(config or {})},
@@ -103,7 +104,9 @@ class Mini:
         command += ["--config", json.dumps({**QUIET, **(config or {})})]
         command += ["--partition", partition] if partition else []
         command += ["--from-failure", from_failure] if from_failure else []
-        before = {run.run_id for run in self.instance.get_runs(dg.RunsFilter(job_name=job))}
+        before = {
+            run.run_id for run in self.instance.get_runs(dg.RunsFilter(job_name=CASE.name_for(job)))
+        }
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -130,7 +133,9 @@ class Mini:
             while self.processes_left():
                 time.sleep(0.05)
         (run,) = [
-            r for r in self.instance.get_runs(dg.RunsFilter(job_name=job)) if r.run_id not in before
+            r
+            for r in self.instance.get_runs(dg.RunsFilter(job_name=CASE.name_for(job)))
+            if r.run_id not in before
         ]
         expected = dg.DagsterRunStatus.STARTED if kill_when else dg.DagsterRunStatus.SUCCESS
         assert run.status == expected  # a killed run is left STARTED
@@ -138,7 +143,7 @@ class Mini:
 
     def materialization(self, asset: str) -> tuple[str, str | None, dict[str, object]]:
         """(run id, partition, metadata) of the asset's latest materialization."""
-        event = self.instance.get_latest_materialization_event(dg.AssetKey(asset))
+        event = self.instance.get_latest_materialization_event(CASE.key(asset))
         assert event is not None and event.asset_materialization is not None
         materialization = event.asset_materialization
         metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
@@ -161,7 +166,7 @@ class Mini:
                 dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]), limit=1
             )
             return bool(running) and any(
-                entry.dagster_event is not None and entry.dagster_event.step_key == step
+                entry.dagster_event is not None and entry.dagster_event.step_key == node(step)
                 for entry in self.instance.all_logs(
                     running[0].run_id, of_type=dg.DagsterEventType.STEP_START
                 )
@@ -227,7 +232,7 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mini]:
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
     resources = local_resources(home)
-    resources["source"] = DropFolderSource(root=str(drops))
+    resources["flights_source"] = DropFolderSource(root=str(drops))
     resources["launcher"] = LocalTorchrun(output_root=str(home / "models"), processes=2)
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
@@ -259,12 +264,14 @@ def test_a_day_killed_in_ingestion_then_in_materialization_is_published_whole(mi
     assert rerun.success
     mini.assert_released(materializing)
     mini.assert_nothing_half_written()
-    assert (mini.home / "lake" / "validated_flights" / f"{LAST}.parquet").is_file()
+    assert (lake_file(mini.home, "validated_flights", f"{LAST}.parquet")).is_file()
     assert mini.materialization("online_features")[:2] == (rerun.run_id, LAST)
 
 
 def test_a_training_killed_at_every_stage_resumes_and_ends_with_the_same_champion(mini: Mini):
-    built = mini.run("build_training_set", config={"ops": {"training_set": {"config": WINDOW}}})
+    built = mini.run(
+        "build_training_set", config={"ops": {node("training_set"): {"config": WINDOW}}}
+    )
     assert built.success
     assert mini.run("train_model", config=TRAIN).success  # uninterrupted
     weights = mini.materialization("trained_model")[2]["weights_sha256"]
@@ -295,10 +302,10 @@ def test_a_training_killed_at_every_stage_resumes_and_ends_with_the_same_champio
 
 def test_a_day_killed_while_scored_is_scored_whole_by_the_next_run(mini: Mini):
     scoring = mini.job(
-        "score_flights", LAST, kill_when=(mini.step_started("batch_predictions"), "scoring")
+        "score_day", LAST, kill_when=(mini.step_started("batch_predictions"), "scoring")
     )
-    assert mini.run("score_flights", LAST).success
+    assert mini.run("score_day", LAST).success
     mini.assert_released(scoring)
     mini.assert_nothing_half_written()
-    predictions = pd.read_parquet(mini.home / "lake" / "batch_predictions" / f"{LAST}.parquet")
+    predictions = pd.read_parquet(lake_file(mini.home, "batch_predictions", f"{LAST}.parquet"))
     assert len(predictions) and not predictions.duplicated("flight_id").any()

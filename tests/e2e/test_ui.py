@@ -32,7 +32,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import LIFECYCLE_GROUPS
+from tests.conftest import CASE, LIFECYCLE_GROUPS
 from tests.world import World, make_drops
 
 pytestmark = pytest.mark.e2e
@@ -187,7 +187,11 @@ def _group_of(pid: int) -> int | None:
 
 @pytest.mark.timeout(600)
 def test_the_api_serves_the_graph_partitions_checks_schedules_and_sensors(server: Server):
-    nodes = {"/".join(n["assetKey"]["path"]): n for n in server.graphql(ASSETS_QUERY)["assetNodes"]}
+    nodes = {
+        n["assetKey"]["path"][-1]: n
+        for n in server.graphql(ASSETS_QUERY)["assetNodes"]
+        if n["assetKey"]["path"][0] == CASE.name
+    }
     (repository,) = server.graphql(REPOSITORIES_QUERY)["repositoriesOrError"]["nodes"]
 
     assert {c["name"] for c in nodes["model_evaluation"]["assetChecksOrError"]["checks"]} == {
@@ -213,28 +217,32 @@ def test_the_api_serves_the_graph_partitions_checks_schedules_and_sensors(server
     ]
     jobs = {j["name"] for j in repository["jobs"]}
     assert {
-        "daily_partition",
-        "ingest_and_validate",
-        "load_dimensions",
-        "apply_feature_registry",
-        "build_training_set",
-        "train_model",
-        "score_flights",
-        "rollback_champion_job",
+        CASE.name_for("daily_partition"),
+        CASE.name_for("ingest_and_validate"),
+        CASE.name_for("load_dimensions"),
+        CASE.name_for("apply_feature_registry"),
+        CASE.name_for("build_training_set"),
+        CASE.name_for("train_model"),
+        CASE.name_for("score_day"),
+        CASE.name_for("rollback_champion_job"),
     } <= jobs
     groups = {nodes[k]["groupName"] for k in nodes}
     schedules = {s["name"] for s in repository["schedules"]}
     sensors = {s["name"] for s in repository["sensors"]}
     # The unattended lifecycle, all checked before failing so one message names what is missing.
     unattended = {
-        "job retrain": "retrain" in jobs,
-        "nightly schedules": {"nightly_daily_partition", "nightly_retrain"} <= schedules,
-        "sensor drift_retrain": "drift_retrain" in sensors,
+        "job retrain": CASE.name_for("retrain") in jobs,
+        "nightly schedules": {
+            CASE.name_for("nightly_daily_partition"),
+            CASE.name_for("nightly_retrain"),
+        }
+        <= schedules,
+        "sensor drift_retrain": CASE.name_for("drift_retrain") in sensors,
         "feature_drift in monitoring": nodes.get("feature_drift", {}).get("groupName")
-        == "monitoring",
+        == CASE.group("monitoring"),
     }
     assert all(unattended.values()), (unattended, jobs, schedules, sensors)
-    assert groups == GROUPS
+    assert groups == {CASE.group(stage) for stage in GROUPS}
 
 
 @pytest.fixture
@@ -269,7 +277,7 @@ def drop_rows(world: World, table: str, day: str) -> int:
 
 
 def lake_rows(world: World, asset: str, day: str) -> int:
-    return pq.read_metadata(world.home / "lake" / asset / f"{day}.parquet").num_rows
+    return pq.read_metadata(world.home / "lake" / CASE.name / asset / f"{day}.parquet").num_rows
 
 
 def screenshot(page, name: str) -> None:
@@ -280,11 +288,11 @@ def launch_from_materialize_dialog(
     page, server: Server, partitions: str, button: str, shot: str
 ) -> None:
     """On raw_flights' page: Materialize → type the partitions → the launch button."""
-    page.goto(f"{server.url}/assets/raw_flights")
+    page.goto(f"{server.url}/assets/{CASE.name}/raw_flights")
     # "Materialize…": a partitioned asset asks which partitions first.
     page.get_by_role("button", name=re.compile("Materialize")).click()
     dialog = page.get_by_role("dialog")
-    dialog.get_by_text("Launch runs to materialize raw_flights").wait_for()
+    dialog.get_by_text(f"Launch runs to materialize {CASE.name}/raw_flights").wait_for()
     selection = dialog.get_by_placeholder("ex:", exact=False).first
     selection.fill(partitions)
     selection.press("Enter")
@@ -300,7 +308,7 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
 ):
     page.goto(f"{server.url}/asset-groups")
     for group in sorted(GROUPS):
-        page.get_by_text(group, exact=True).first.wait_for()
+        page.get_by_text(CASE.group(group), exact=True).first.wait_for()
     screenshot(page, "1-asset-graph")
 
     launch_from_materialize_dialog(page, server, UI_RUN_DAY, "Launch 1 run", "2-one-partition")

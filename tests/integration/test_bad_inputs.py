@@ -11,10 +11,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from assets.contracts import FLIGHTS
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
-from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, select, write_csv_drop
+from usecases.flights.contracts import FLIGHTS
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,7 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(
     assert re.search(rf"rule {re.escape(rule)} ", text), text
     if count:
         assert count in text, text
-    built = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    built = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
     assert not built & {"validated_flights", "quarantined_flights"}
     for asset, content in published.items():
         assert lifecycle.path(asset).read_bytes() == content
@@ -226,13 +226,15 @@ def test_a_drop_over_the_size_limit_is_refused_before_it_is_parsed(
     published = lifecycle.path("validated_flights").read_bytes()
     drop = drops / "flights" / f"{GOOD_DAY}.csv"
     limit_mib = drop.stat().st_size / 2**20 / 2  # the day's real drop is twice the limit
-    lifecycle.resources["source"] = DropFolderSource(root=str(drops), max_drop_mib=limit_mib)
+    lifecycle.resources["flights_source"] = DropFolderSource(
+        root=str(drops), max_drop_mib=limit_mib
+    )
 
     def never(*args, **kwargs):
         raise AssertionError("a drop over the limit was parsed")
 
     monkeypatch.setattr(pd, "read_csv", never)
-    result = lifecycle.materialize(selection=dg.AssetSelection.assets("raw_flights"))
+    result = lifecycle.materialize(selection=select("raw_flights"))
 
     assert not result.success
     text = error_text(result)
@@ -260,7 +262,9 @@ def test_a_day_in_chunks_publishes_what_it_publishes_whole(lifecycle: Lifecycle,
 
     assert lifecycle.materialize().success
     whole = {a: lifecycle.read(a) for a in assets}
-    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+    lifecycle.resources["flights_source"] = DropFolderSource(
+        root=str(drops), chunk_mib=SMALL_CHUNKS_MIB
+    )
     result = lifecycle.materialize()
 
     assert result.success, error_text(result)
@@ -271,7 +275,7 @@ def test_a_day_in_chunks_publishes_what_it_publishes_whole(lifecycle: Lifecycle,
     assert len(quarantined) == 5
     assert set(quarantined.rejected_by) == {"distance.in_range[1,6000]", "natural_key.unique"}
     versions = {
-        e.asset_key.to_user_string(): e.materialization.metadata["content_hash"].value
+        e.asset_key.path[-1]: e.materialization.metadata["content_hash"].value
         for e in result.get_asset_materialization_events()
     }
     assert versions["validated_flights"] == content_hash(whole["validated_flights"])
@@ -285,7 +289,9 @@ def test_a_day_in_chunks_broken_in_every_chunk_is_refused_with_the_days_count(
     frame.iloc[::20, frame.columns.get_loc("distance")] = -3  # 48 rows, all through the day
     write_csv_drop(drops, "flights", GOOD_DAY, frame)
     lifecycle.load_dimensions()
-    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+    lifecycle.resources["flights_source"] = DropFolderSource(
+        root=str(drops), chunk_mib=SMALL_CHUNKS_MIB
+    )
 
     result = lifecycle.materialize()
 
@@ -293,3 +299,40 @@ def test_a_day_in_chunks_broken_in_every_chunk_is_refused_with_the_days_count(
     text = error_text(result)
     assert f"flights partition {GOOD_DAY}: REFUSED, 48 of 943 rows broke row rules" in text, text
     assert "rule distance.in_range[1,6000] (row): 48 of 943 rows; e.g. -3" in text, text
+
+
+def test_an_empty_day_is_published_empty_when_its_contract_says_so(
+    lifecycle: Lifecycle, drops: Path
+):
+    """A sparse table declares `min_rows=0`: a drop of its header alone is a day without events,
+    published as an empty table typed as the contract says. The bundled flights refuse such a
+    day (`min_rows=100`, test_features)."""
+    import dataclasses
+
+    from assets.ingestion import ingestion_assets
+    from assets.validation import validation_assets, validation_checks
+    from tests.conftest import CASE
+
+    sparse = dataclasses.replace(FLIGHTS, min_rows=0)
+    tables = tuple(
+        dataclasses.replace(t, contract=sparse) if t.name == "flights" else t
+        for t in CASE.event_tables
+    )
+    case = dataclasses.replace(CASE, event_tables=tables)
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights")[:0])
+    lifecycle.load_dimensions()
+
+    result = dg.materialize(
+        [*ingestion_assets(case), *validation_assets(case), *validation_checks(case)],
+        partition_key=GOOD_DAY,
+        selection=select("raw_flights", "validated_flights", "quarantined_flights"),
+        instance=lifecycle.instance,
+        resources=lifecycle.resources,
+        raise_on_error=False,
+    )
+
+    assert result.success
+    published = lifecycle.read("validated_flights")
+    assert published.empty and {"cancelled", "diverted"} <= set(published.columns)
+    assert str(published["dep_delay"].dtype) == "float64"
+    assert str(published["time_hour"].dtype).startswith("datetime64")

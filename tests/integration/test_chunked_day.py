@@ -6,9 +6,18 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from assets import features, ingestion, validation
+from assets.features import feature_assets
 from resources.sources import DropFolderSource
-from tests.conftest import DAILY, GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+from tests.conftest import (
+    DAILY,
+    GOOD_DAY,
+    Lifecycle,
+    bundled_day,
+    data_assets,
+    select,
+    write_csv_drop,
+)
+from usecases.flights import USE_CASE as CASE
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +33,16 @@ DAY_TABLES = {
 HISTORIES = ("carrier_history", "route_history")
 
 
+def feature_tables() -> list:
+    names = {spec.name for spec in CASE.feature_tables}
+    return [a for a in feature_assets(CASE) if a.key.path[-1] in names]
+
+
 def materialize(lifecycle: Lifecycle, selection: dg.AssetSelection, partition: str):
     result = dg.materialize(
         [
-            *dg.load_assets_from_modules([ingestion, validation]),
-            *dg.load_asset_checks_from_modules([validation]),
-            *features.FEATURE_TABLES,
+            *data_assets(),
+            *feature_tables(),
         ],
         partition_key=partition,
         selection=selection,
@@ -37,7 +50,7 @@ def materialize(lifecycle: Lifecycle, selection: dg.AssetSelection, partition: s
         resources=lifecycle.resources,
     )
     counts = {
-        event.asset_key.to_user_string(): {
+        event.asset_key.path[-1]: {
             name: value.value
             for name, value in event.materialization.metadata.items()
             if isinstance(value.value, int) and not name.startswith("dagster/")
@@ -57,8 +70,8 @@ def test_a_day_in_chunks_gives_the_feature_tables_and_history_of_the_day_read_wh
     for table in ("flights", "weather"):
         write_csv_drop(drops, table, DAY_BEFORE, bundled_day(table, DAY_BEFORE))
     lifecycle.load_dimensions()
-    day_tables = dg.AssetSelection.assets(*DAY_TABLES)
-    histories = dg.AssetSelection.assets(*HISTORIES)
+    day_tables = select(*DAY_TABLES)
+    histories = select(*HISTORIES)
     for day in (DAY_BEFORE, GOOD_DAY):
         materialize(lifecycle, DAILY | day_tables, day)
     counts = materialize(lifecycle, day_tables, GOOD_DAY)
@@ -67,7 +80,9 @@ def test_a_day_in_chunks_gives_the_feature_tables_and_history_of_the_day_read_wh
         t: lifecycle.read(t, DAY_AFTER) for t in HISTORIES
     }
 
-    lifecycle.resources["source"] = DropFolderSource(root=str(drops), chunk_mib=SMALL_CHUNKS_MIB)
+    lifecycle.resources["flights_source"] = DropFolderSource(
+        root=str(drops), chunk_mib=SMALL_CHUNKS_MIB
+    )
     chunked_counts = materialize(lifecycle, DAILY | day_tables, GOOD_DAY)
     chunked_counts |= materialize(lifecycle, histories, DAY_AFTER)
 
@@ -79,6 +94,6 @@ def test_a_day_in_chunks_gives_the_feature_tables_and_history_of_the_day_read_wh
         assert chunked_counts[table] == counts[table], table
     for table in HISTORIES:  # the day after reads the chunked day in its 28-day window
         pd.testing.assert_frame_equal(lifecycle.read(table, DAY_AFTER), whole[table])
-        assert chunked_counts[table] == counts[table] == {**counts[table], "history_days_loaded": 2}
+        assert chunked_counts[table] == counts[table] == {**counts[table], "flights_days_loaded": 2}
     assert counts["flight_outcomes"]["flights"] == 943
     assert counts["aircraft_features"]["unknown_tailnums"] > 0

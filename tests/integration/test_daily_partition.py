@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from resources.lake import stored_hash
-from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
+from tests.conftest import CASE, GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ def check_evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCh
 
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
     return {
-        event.step_materialization_data.materialization.asset_key.to_user_string()
+        event.step_materialization_data.materialization.asset_key.path[-1]
         for event in result.get_asset_materialization_events()
     }
 
@@ -36,12 +36,12 @@ def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle
     assert len(lifecycle.read("validated_weather")) == 72
 
     version = lifecycle.instance.get_latest_materialization_event(
-        dg.AssetKey("validated_flights")
+        CASE.key("validated_flights")
     ).asset_materialization.tags["dagster/data_version"]
     assert version == stored_hash(lifecycle.path("validated_flights"))
     # Lineage of the raw partition: the file read and the sha256 of its bytes.
     drop = drops / "flights" / f"{GOOD_DAY}.csv"
-    raw = lifecycle.instance.get_latest_materialization_event(dg.AssetKey("raw_flights"))
+    raw = lifecycle.instance.get_latest_materialization_event(CASE.key("raw_flights"))
     metadata = raw.asset_materialization.metadata
     assert metadata["source"].value == drop.resolve().as_uri()
     assert metadata["source_sha256"].value == hashlib.sha256(drop.read_bytes()).hexdigest()

@@ -10,6 +10,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from tests.conftest import lake_file
 from tests.world import GOOD, LENIENT, MODEL, World
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ ANY_CHANGE = {
 
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
     return {
-        e.step_materialization_data.materialization.asset_key.to_user_string()
+        e.step_materialization_data.materialization.asset_key.path[-1]
         for e in result.get_asset_materialization_events()
     }
 
@@ -53,7 +54,7 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
 def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
-        if materialization.asset_key.to_user_string() == asset:
+        if materialization.asset_key.path[-1] == asset:
             return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
     raise KeyError(asset)
 
@@ -89,18 +90,18 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
 
 
 def test_the_champion_scores_a_day_and_a_rerun_replaces_it(world: World):
-    first = world.run("score_flights", SCORED_DAY)
+    first = world.run("score_day", SCORED_DAY)
     assert first.success, failure(first)
-    path = world.home / "lake" / "batch_predictions" / f"{SCORED_DAY}.parquet"
+    path = lake_file(world.home, "batch_predictions", f"{SCORED_DAY}.parquet")
     scored = pd.read_parquet(path)
-    flights = pd.read_parquet(world.home / "lake" / "flight_outcomes" / f"{SCORED_DAY}.parquet")
+    flights = pd.read_parquet(lake_file(world.home, "flight_outcomes", f"{SCORED_DAY}.parquet"))
     assert len(scored) == len(flights) == metadata(first, "batch_predictions")["dagster/row_count"]
     assert scored["flight_id"].is_unique
     assert set(scored["model_version"]) == {"1"}
     assert scored["probability"].between(0, 1).all()
     assert "arrival_delayed" not in scored.columns  # the outcome is never an input or output
 
-    again = world.run("score_flights", SCORED_DAY)
+    again = world.run("score_day", SCORED_DAY)
     assert again.success
     rescored = pd.read_parquet(path)
     assert len(rescored) == len(scored)  # replaced, not appended
@@ -200,7 +201,7 @@ def test_a_model_rejected_in_one_run_is_refused_by_registration_in_another(world
 def test_weights_with_nan_never_reach_the_registry(world: World):
     from safetensors.torch import load_file, save_file
 
-    document = world.home / "lake" / "trained_model" / "data.json"
+    document = world.home / "lake" / "flights" / "trained_model" / "data.json"
     run = json.loads(document.read_text())
     weights = Path(run["folder"]) / "model.safetensors"
     good = weights.read_bytes()

@@ -15,8 +15,9 @@ from ml.dataset import fingerprint
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
-from resources.sources import BundledFlightsSource, DropFolderSource
-from tests.conftest import bundled_day, write_csv_drop
+from resources.sources import DropFolderSource
+from tests.conftest import CASE, bundled_day, node, write_csv_drop
+from usecases.flights.source import BundledFlightsSource
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ class World:
     results: dict[str, dg.ExecuteInProcessResult]
 
     def run(self, job: str, partition: str | None = None, config: dict | None = None):
-        return self.defs.resolve_job_def(job).execute_in_process(
+        return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
             instance=self.instance,
             partition_key=partition,
             run_config={**QUIET, **(config or {})},
@@ -46,12 +47,12 @@ class World:
         )
 
     def table(self, asset: str, partition: str | None = None) -> pd.DataFrame:
-        return pd.read_parquet(self.lake / asset / f"{partition or 'data'}.parquet")
+        return pd.read_parquet(self.lake / CASE.name / asset / f"{partition or 'data'}.parquet")
 
     def metadata(self, day: str, asset: str) -> dict:
         for event in self.results[day].get_asset_materialization_events():
             materialization = event.step_materialization_data.materialization
-            if materialization.asset_key == dg.AssetKey(asset):
+            if materialization.asset_key == CASE.key(asset):
                 return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
         raise KeyError(asset)
 
@@ -80,7 +81,7 @@ def _drops(root: Path) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = tmp_path_factory.mktemp("home")
     resources = local_resources(home)
-    resources["source"] = DropFolderSource(root=str(_drops(home / "drops")))
+    resources["flights_source"] = DropFolderSource(root=str(_drops(home / "drops")))
     resources["expectations"] = GreatExpectations(
         data_docs_dir=str(home / "docs"), build_data_docs=False
     )
@@ -89,7 +90,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with dg.instance_for_test(temp_dir=str(home / "dagster")) as instance:
         store = resources["feature_store"]
         assert isinstance(store, FeastFeatureStore)
-        world = World(defs, instance, store, home / "lake", {})
+        world = World(defs, instance, store.for_use_case(CASE.name), home / "lake", {})
         with warnings.catch_warnings():
             # Importing feast puts a DeprecationWarning filter of its own in front of pytest's,
             # and dagster-shared's pydantic warning would get through it; the block undoes both.
@@ -103,20 +104,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def _window(first: str, end: str, validation: str, test: str) -> dict:
     config = {"start": first, "validation_start": validation, "test_start": test, "end": end}
-    return {"ops": {"training_set": {"config": config}}}
+    return {"ops": {node("training_set"): {"config": config}}}
 
 
 def test_each_good_day_writes_every_feature_table_and_the_online_store(world: World):
     for day in GOOD_DAYS:
         assert world.results[day].success, day
         for table in ("flight_features", "flight_outcomes", "weather_features"):
-            assert (world.lake / table / f"{day}.parquet").is_file()
+            assert (world.lake / CASE.name / table / f"{day}.parquet").is_file()
     # On Jan 5 every flight of Jan 1-3 has landed, and Jan 4's late evening ones have not.
     counted = world.table("carrier_history", "2013-01-05")["flights_28d"].sum()
     jan_1_to_3 = sum(len(bundled_day("flights", d)) for d in GOOD_DAYS[:3])
     assert jan_1_to_3 < counted < jan_1_to_3 + len(bundled_day("flights", "2013-01-04"))
-    assert world.metadata("2013-01-05", "carrier_history")["history_days_loaded"] == 4
-    assert world.metadata("2013-01-01", "carrier_history")["history_days_loaded"] == 0
+    assert world.metadata("2013-01-05", "carrier_history")["flights_days_loaded"] == 4
+    assert world.metadata("2013-01-01", "carrier_history")["flights_days_loaded"] == 0
 
 
 def test_an_unknown_tail_number_gets_null_aircraft_features_and_is_counted(world: World):
@@ -171,7 +172,7 @@ def test_a_missing_weather_hour_is_counted_and_falls_back_to_the_previous_hour(w
 def test_a_day_with_no_flights_is_refused_and_the_next_days_history_names_it(world: World):
     refused = world.results[NO_FLIGHTS_DAY]
     assert not refused.success
-    assert not (world.lake / "flight_features" / f"{NO_FLIGHTS_DAY}.parquet").exists()
+    assert not (world.lake / CASE.name / "flight_features" / f"{NO_FLIGHTS_DAY}.parquet").exists()
     after = world.results[AFTER_IT]
     assert not after.success
     messages = " ".join(
@@ -179,7 +180,7 @@ def test_a_day_with_no_flights_is_refused_and_the_next_days_history_names_it(wor
     )
     assert f"validated_flights partition {NO_FLIGHTS_DAY} has not been materialized" in messages
     assert (
-        world.lake / "flight_features" / f"{AFTER_IT}.parquet"
+        world.lake / CASE.name / "flight_features" / f"{AFTER_IT}.parquet"
     ).is_file()  # same-day tables fine
 
 
@@ -244,7 +245,7 @@ def test_rerunning_an_old_day_never_overwrites_newer_online_values(world: World)
     online = next(
         e.step_materialization_data.materialization
         for e in rerun.get_asset_materialization_events()
-        if e.step_materialization_data.materialization.asset_key == dg.AssetKey("online_features")
+        if e.step_materialization_data.materialization.asset_key == CASE.key("online_features")
     )
     assert online.metadata["end"].value == "2013-01-06T05:00:00+00:00"  # extended to the watermark
     after = world.store.online_features(entities[keys], SERVICE)

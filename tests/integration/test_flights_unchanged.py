@@ -9,6 +9,7 @@ then this test says so first."""
 import dagster as dg
 import pytest
 
+from tests.conftest import CASE, node
 from tests.world import World
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ WEIGHTS_SHA256 = "b4114d934784c4798cb1d91d3652dc2ee7cc1e1b17a503bdbcca6c0f0f7a89
 def first_data_version(world: World, asset: str, partition: str | None) -> str | None:
     records = world.instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(asset),
+            asset_key=CASE.key(asset),
             asset_partitions=[partition] if partition is not None else None,
         ),
         limit=1,
@@ -79,9 +80,11 @@ def test_the_flights_data_versions_are_those_recorded_before_the_change(world: W
 
 def test_the_training_set_and_weights_are_those_recorded_before_the_change(world: World):
     assert world.first_training is not None
-    trained = world.first_training.asset_materializations_for_node("trained_model")[0].metadata
+    trained = world.first_training.asset_materializations_for_node(node("trained_model"))[
+        0
+    ].metadata
     built = world.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("training_set")), limit=1, ascending=True
+        dg.AssetRecordsFilter(asset_key=CASE.key("training_set")), limit=1, ascending=True
     ).records[0]
     fingerprint = built.asset_materialization.metadata["dataset_fingerprint"].value  # type: ignore[union-attr]
     assert fingerprint == TRAINING_SET_FINGERPRINT

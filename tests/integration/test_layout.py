@@ -21,7 +21,7 @@ def test_both_layouts_of_two_cores_are_measured_the_faster_chosen_and_cached(tmp
         {
             "flight_schedule__carrier_code": rng.choice(["AA", "B6", "DL", "UA"], rows),
             "origin_weather__temp_f": rng.normal(40, 10, rows),
-            "arrival_delayed": rng.integers(0, 2, rows),
+            "label": rng.integers(0, 2, rows),
             "split": np.where(np.arange(rows) < 1_500, "train", "validation"),
         }
     ).to_parquet(data)

@@ -17,21 +17,28 @@ from pipelines.lineage import (
     prediction_lineage,
     window_days,
 )
+from tests.conftest import lake_file
 from tests.world import MODEL, REPO, WINDOW, World
+from usecases.flights import USE_CASE as CASE
 
 pytestmark = pytest.mark.integration
 
 SCORED_DAY = "2013-02-07"
 
 
+def asset_name(asset: str) -> str:
+    """How the lineage names the flights use case's asset `asset`."""
+    return CASE.key(asset).to_user_string()
+
+
 def champion_lineage(world: World) -> Lineage:
-    return model_lineage(world.instance, world.defs, world.registry, MODEL)
+    return model_lineage(world.instance, world.defs, world.registry, CASE)
 
 
 def scored_flight(world: World) -> str:
     """A flight of SCORED_DAY as the champion scored it now."""
-    assert world.run("score_flights", SCORED_DAY).success
-    path = world.home / "lake" / "batch_predictions" / f"{SCORED_DAY}.parquet"
+    assert world.run("score_day", SCORED_DAY).success
+    path = lake_file(world.home, "batch_predictions", f"{SCORED_DAY}.parquet")
     return str(pq.read_table(path, columns=["flight_id"]).column("flight_id")[0])
 
 
@@ -45,7 +52,9 @@ def event_log_version(world: World, asset: str, partition: str, before: int) -> 
     """The data version of the partition's latest materialization before storage id `before`."""
     records = world.instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(asset), asset_partitions=[partition], before_storage_id=before
+            asset_key=dg.AssetKey.from_user_string(asset),
+            asset_partitions=[partition],
+            before_storage_id=before,
         ),
         limit=1,
     ).records
@@ -59,19 +68,19 @@ def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(wor
     assert lineage.model.version == world.champion()
     assert lineage.model.champion
     assert lineage.model.gate_decision == "promote"
-    (training_set,) = lineage.find("training_set")
+    (training_set,) = lineage.find(asset_name("training_set"))
     days = window_days(training_set.metadata["window"])
     assert days[0] == WINDOW["start"]
     assert lineage.manifest["data_fingerprint"] == training_set.data_version
-    for raw in ("raw_flights", "raw_weather"):
+    for raw in (asset_name("raw_flights"), asset_name("raw_weather")):
         partitions = lineage.partitions(raw)
         assert set(days) <= set(partitions), raw
         for day, version in partitions.items():
             expected = event_log_version(world, raw, day, training_set.storage_id)
             assert version == expected, (raw, day)
     # The trailing delay history reaches the day before the window.
-    assert "2013-02-01" in lineage.partitions("raw_flights")
-    assert {"planes", "airports", "airlines", "feature_registry"} <= {
+    assert "2013-02-01" in lineage.partitions(asset_name("raw_flights"))
+    assert {asset_name(a) for a in ("planes", "airports", "airlines", "feature_registry")} <= {
         m.asset for m in lineage.materializations
     }
     # Every input whose recorded data version can be checked matches what the walk found.
@@ -86,9 +95,9 @@ def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tm
 
     for name in ("feature_service", "git_commit", "lock_sha256", "seed", "world_size"):
         assert lineage.manifest[name] == manifest[name], name
-    (trained,) = lineage.find("trained_model")
+    (trained,) = lineage.find(asset_name("trained_model"))
     assert lineage.manifest["dagster_run_id"] == trained.run_id
-    (registry,) = lineage.find("feature_registry")
+    (registry,) = lineage.find(asset_name("feature_registry"))
     assert manifest["feature_service"] in registry.metadata["feature_services"]
     text = lineage.render()
     for fact in (manifest["git_commit"], manifest["lock_sha256"], manifest["feature_service"]):
@@ -98,17 +107,19 @@ def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tm
 def test_a_prediction_resolves_to_its_model_versions_chain(world: World):
     flight = scored_flight(world)
 
-    lineage = prediction_lineage(world.instance, world.defs, world.registry, SCORED_DAY, flight)
+    lineage = prediction_lineage(
+        world.instance, world.defs, world.registry, CASE, SCORED_DAY, {"flight_id": flight}
+    )
 
     assert lineage.prediction is not None
-    assert lineage.prediction.flight_id == flight
+    assert lineage.prediction.keys["flight_id"] == flight
     assert lineage.prediction.file_matches_data_version
     assert lineage.model.version == lineage.prediction.model_version == world.champion()
     model = champion_lineage(world)
     assert [m.storage_id for m in lineage.materializations] == [
         m.storage_id for m in model.materializations
     ]
-    (scored,) = lineage.find("batch_predictions")
+    (scored,) = lineage.find(asset_name("batch_predictions"))
     assert scored.partition == SCORED_DAY
     # The day's own feature partitions, not the training window's.
     read = {i.asset: i.partitions for i in scored.inputs}
@@ -116,18 +127,31 @@ def test_a_prediction_resolves_to_its_model_versions_chain(world: World):
     tables = [m for m in lineage.prediction_materializations if m.asset in read]
     assert {m.asset for m in tables} == set(read)
     assert {m.partition for m in tables} == {SCORED_DAY}
-    assert {m.asset for m in lineage.prediction_materializations} >= {"raw_flights", "raw_weather"}
-    assert "registered_model" not in {m.asset for m in lineage.prediction_materializations}
+    assert {m.asset for m in lineage.prediction_materializations} >= {
+        asset_name("raw_flights"),
+        asset_name("raw_weather"),
+    }
+    predicted_from = {m.asset for m in lineage.prediction_materializations}
+    assert asset_name("registered_model") not in predicted_from
     assert Lineage.from_dict(json.loads(json.dumps(lineage.to_dict()))) == lineage
 
 
 def test_an_unknown_version_or_flight_is_named_in_the_error(world: World):
     with pytest.raises(LineageError, match="version 999 does not exist"):
-        model_lineage(world.instance, world.defs, world.registry, MODEL, "999")
+        model_lineage(world.instance, world.defs, world.registry, CASE, "999")
     with pytest.raises(LineageError, match="'no-such-flight'"):
-        prediction_lineage(world.instance, world.defs, world.registry, SCORED_DAY, "no-such-flight")
+        prediction_lineage(
+            world.instance,
+            world.defs,
+            world.registry,
+            CASE,
+            SCORED_DAY,
+            {"flight_id": "no-such-flight"},
+        )
     with pytest.raises(LineageError, match="no materialization for day '2013-12-30'"):
-        prediction_lineage(world.instance, world.defs, world.registry, "2013-12-30", "x")
+        prediction_lineage(
+            world.instance, world.defs, world.registry, CASE, "2013-12-30", {"flight_id": "x"}
+        )
 
 
 def lineage_command(world: World, *args: str) -> subprocess.CompletedProcess:
@@ -149,14 +173,14 @@ def test_the_command_prints_the_chain(world: World):
     document = Lineage.from_dict(json.loads(model.stdout))
     assert document.model.version == world.champion()
     assert set(window_days(f"[{WINDOW['start']}, {WINDOW['end']})")) <= set(
-        document.partitions("raw_flights")
+        document.partitions(asset_name("raw_flights"))
     )
 
-    text = lineage_command(world, "prediction", SCORED_DAY, flight)
+    text = lineage_command(world, "prediction", SCORED_DAY, f"flight_id={flight}")
     assert text.returncode == 0, text.stderr
-    assert f"prediction {SCORED_DAY} {flight}" in text.stdout
+    assert f"prediction {SCORED_DAY} flight_id={flight}" in text.stdout
     assert f"model {MODEL} v{world.champion()}" in text.stdout
-    assert "raw_flights" in text.stdout
+    assert asset_name("raw_flights") in text.stdout
 
     unknown = lineage_command(world, "model", "--version", "999")
     assert unknown.returncode == 2

@@ -5,15 +5,19 @@ requests exactly one retrain for that event however often it is evaluated.
 Changes to the world: `feature_drift` (and `batch_predictions`) of 2013-02-08 and July days, and
 run records of the retrain job (created, never executed)."""
 
+import dataclasses
 import datetime as dt
 import json
 
 import dagster as dg
 import pytest
 
+from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings
 from pipelines.sensors import EVENT_TAG, build_drift_sensor
+from tests.conftest import node
 from tests.world import World
+from usecases.flights import USE_CASE as CASE
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +26,12 @@ SUMMER_DAY = "2013-07-10"
 
 
 def drift_of(world: World, day: str) -> tuple[dict, dg.AssetCheckEvaluation]:
-    result = world.run("score_flights", day)
+    result = world.run("score_day", day)
     assert result.success, day
     (materialization,) = [
         e.step_materialization_data.materialization
         for e in result.get_asset_materialization_events()
-        if e.step_materialization_data.materialization.asset_key.to_user_string() == "feature_drift"
+        if e.step_materialization_data.materialization.asset_key.path[-1] == "feature_drift"
     ]
     (check,) = [
         e.asset_check_evaluation_data
@@ -43,9 +47,16 @@ def evaluate(world: World, sensor: dg.SensorDefinition, cursor: str | None):
     return result, context.cursor
 
 
+def drift_sensor(cooldown_hours: float) -> dg.SensorDefinition:
+    settings = dataclasses.replace(
+        AutomationSettings.from_env(CASE, {}), drift_cooldown_hours=cooldown_hours, training_days=7
+    )
+    return build_drift_sensor(CASE, settings, find_job(build_jobs(CASE), CASE, "retrain"))
+
+
 @pytest.fixture(scope="module")
 def sensor() -> dg.SensorDefinition:
-    return build_drift_sensor(AutomationSettings(drift_cooldown_hours=24, training_days=7))
+    return drift_sensor(cooldown_hours=24)
 
 
 def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silent(
@@ -61,7 +72,7 @@ def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silen
     assert "data:image/png;base64," in metadata["drift_plot"]
     assert "| probability | score |" in metadata["drift_table"]
     document = json.loads(
-        (world.home / "lake" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
+        (world.home / "lake" / "flights" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
     )
     assert document["drift_event"] is False and document["current_rows"] == metadata["rows"]
 
@@ -87,7 +98,7 @@ def test_a_summer_week_drifts_and_the_sensor_requests_one_retrain(
     assert request.run_key == f"drift:{event}"
     assert request.tags[EVENT_TAG] == event
     assert request.tags["ml_lifecycle/trigger"] == "drift"
-    window = request.run_config["ops"]["training_set"]["config"]
+    window = request.run_config["ops"][node("training_set")]["config"]
     assert window["end"] == "2013-07-11"  # the latest labelled day, inclusive
     assert window["start"] == "2013-07-04"  # training_days=7
 
@@ -97,7 +108,7 @@ def test_a_summer_week_drifts_and_the_sensor_requests_one_retrain(
         assert not again.run_requests
 
     # The daemon launches the request: a run of `retrain` with those tags (created, not run).
-    retrain = world.defs.resolve_job_def("retrain")
+    retrain = world.defs.resolve_job_def(CASE.name_for("retrain"))
     run = world.instance.create_run_for_job(
         retrain,
         run_config=request.run_config,
@@ -122,7 +133,7 @@ def test_a_new_drift_event_inside_the_cooldown_waits(world: World, sensor: dg.Se
     metadata, _ = drift_of(world, "2013-07-09")
     assert metadata["drift_event"] is True
     records = world.instance.fetch_materializations(
-        dg.AssetKey("feature_drift"), limit=10, ascending=False
+        CASE.key("feature_drift"), limit=10, ascending=False
     ).records
     cursor = str(records[1].storage_id)  # everything before this last materialization is read
     result, _ = evaluate(world, sensor, cursor)
@@ -130,7 +141,7 @@ def test_a_new_drift_event_inside_the_cooldown_waits(world: World, sensor: dg.Se
     assert "cooldown" in (result.skip_message or "")
 
     # Past the cooldown the same event gets its retrain.
-    patient = build_drift_sensor(AutomationSettings(drift_cooldown_hours=0, training_days=7))
+    patient = drift_sensor(cooldown_hours=0)
     later, _ = evaluate(world, patient, cursor)
     (request,) = later.run_requests or []
     assert request.run_key == f"drift:v{world.champion()}:2013-07-09"
@@ -139,4 +150,4 @@ def test_a_new_drift_event_inside_the_cooldown_waits(world: World, sensor: dg.Se
 def test_the_retrain_window_ends_with_the_latest_labelled_day(world: World):
     from pipelines.schedules import latest_labelled_day
 
-    assert latest_labelled_day(world.instance) == dt.date(2013, 7, 10)
+    assert latest_labelled_day(world.instance, CASE) == dt.date(2013, 7, 10)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from resources.feature_store import FeastFeatureStore
+from tests.conftest import CASE, lake_file
 from tests.production import ProductionWorld, query, redis_client
 from tests.world import WINTER, World
 
@@ -38,7 +39,7 @@ ENTITY_KEYS = ["flight_id", "origin", "dest", "carrier", "tailnum"]
 def data_version(instance: dg.DagsterInstance, asset: str, partition: str | None) -> str:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(asset),
+            asset_key=CASE.key(asset),
             asset_partitions=[partition] if partition else None,
         ),
         limit=1,
@@ -53,7 +54,7 @@ def training_metadata(world: World) -> dict:
     assert world.first_training is not None and world.first_training.success
     for event in world.first_training.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
-        if materialization.asset_key == dg.AssetKey("trained_model"):
+        if materialization.asset_key == CASE.key("trained_model"):
             return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
     raise AssertionError("trained_model was not materialized")
 
@@ -98,7 +99,7 @@ def test_each_service_holds_its_part(production: ProductionWorld):
     assert runs and all(run.is_success for run in runs)
     assert query(names["dagster"], "SELECT count(*) FROM runs")[0][0] == len(runs)
     views = {row[0] for row in query(names["feast"], "SELECT feature_view_name FROM feature_views")}
-    applied = production.instance.fetch_materializations(dg.AssetKey("feature_registry"), limit=1)
+    applied = production.instance.fetch_materializations(CASE.key("feature_registry"), limit=1)
     event = applied.records[0].asset_materialization
     assert event is not None
     assert views == set(str(event.metadata["feature_views"].value).split(", "))
@@ -114,8 +115,11 @@ def test_the_redis_online_store_serves_the_offline_values_at_the_last_day(
 ):
     store = production.resolved(production.defs.resources["feature_store"])
     assert isinstance(store, FeastFeatureStore)
+    store = store.for_use_case(CASE.name)
     day = WINTER[-1]
-    entities = pd.read_parquet(production.home / "lake" / "flight_outcomes" / f"{day}.parquet")
+    entities = pd.read_parquet(
+        production.home / "lake" / "flights" / "flight_outcomes" / f"{day}.parquet"
+    )
     entities = entities.sample(60, random_state=0)[ENTITY_KEYS]
     online = store.online_features(entities, SERVICE)
     instant = pd.Timestamp(day, tz="America/New_York") + pd.Timedelta(days=1)
@@ -136,13 +140,13 @@ def test_the_redis_online_store_serves_the_offline_values_at_the_last_day(
 
 
 def test_the_champion_scores_a_day(production: ProductionWorld):
-    scored = production.run("score_flights", SCORED_DAY)
+    scored = production.run("score_day", SCORED_DAY)
     assert scored.success
     predictions = pd.read_parquet(
-        production.home / "lake" / "batch_predictions" / f"{SCORED_DAY}.parquet"
+        lake_file(production.home, "batch_predictions", f"{SCORED_DAY}.parquet")
     )
     flights = pd.read_parquet(
-        production.home / "lake" / "flight_outcomes" / f"{SCORED_DAY}.parquet"
+        lake_file(production.home, "flight_outcomes", f"{SCORED_DAY}.parquet")
     )
     assert len(predictions) == len(flights) > 0
     assert set(predictions["model_version"].astype(str)) == {"1"}

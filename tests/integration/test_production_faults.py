@@ -15,6 +15,7 @@ import pytest
 
 from pipelines.definitions import definitions
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
+from tests.conftest import CASE, node
 from tests.outage import Outage
 from tests.production import (
     POSTGRES,
@@ -39,7 +40,8 @@ def retried(result: dg.ExecuteInProcessResult, step: str) -> int:
     return sum(
         1
         for event in result.all_events
-        if event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY and event.step_key == step
+        if event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY
+        and event.step_key == node(step)
     )
 
 
@@ -50,7 +52,7 @@ def up_for_retry(instance: dg.DagsterInstance, step: str) -> Callable[[], bool]:
     def seen() -> bool:
         started = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
         return any(
-            event.step_key == step
+            event.step_key == node(step)
             for run in instance.get_runs(filters=started, limit=5)
             for event in instance.all_logs(
                 run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY
@@ -87,7 +89,7 @@ def test_postgresql_gone_during_the_registry_step_is_retried_and_nothing_is_lost
             registry_url=feast_db.replace(f":{POSTGRES[1]}/", f":{outage.port}/"),
             redis_url=production.variables["FEAST_REDIS_URL"],
             offline_root=str(production.home / "lake"),
-        )
+        ).for_use_case(CASE.name)
         outage.down()
         outage.up_when(up_for_retry(production.instance, "feature_registry"))
         result = through(production, store).run("apply_feature_registry")
@@ -98,8 +100,8 @@ def test_postgresql_gone_during_the_registry_step_is_retried_and_nothing_is_lost
     assert retried(result, "feature_registry") >= 1
     direct = FeastFeatureStore(
         repo_path=str(DEFAULT_REPO), home=str(production.home), registry_url=feast_db
-    )
-    applied = result.asset_materializations_for_node("feature_registry")[-1].metadata
+    ).for_use_case(CASE.name)
+    applied = result.asset_materializations_for_node(node("feature_registry"))[-1].metadata
     assert declared(direct)["feature_views"] == applied["feature_views"].value.split(", ")
 
 
@@ -115,7 +117,7 @@ def test_redis_gone_during_materialization_is_retried_and_the_values_are_right(
             registry_url=production.variables["FEAST_REGISTRY_URL"],
             redis_url=f"{outage.address()},db={REDIS_DB}",
             offline_root=str(production.home / "lake"),
-        )
+        ).for_use_case(CASE.name)
         outage.down()
         # Until the step has failed, once the Redis client's own reconnects are spent: its retry
         # policy (5 ± 5 s, then 15 ± 5 s) has to bring it back.
@@ -124,7 +126,9 @@ def test_redis_gone_during_materialization_is_retried_and_the_values_are_right(
         assert result.success
         assert outage.refused >= 1
         assert retried(result, "online_features") >= 1
-        entities = pd.read_parquet(production.home / "lake" / "flight_outcomes" / f"{day}.parquet")
+        entities = pd.read_parquet(
+            production.home / "lake" / "flights" / "flight_outcomes" / f"{day}.parquet"
+        )
         entities = entities.sample(40, random_state=3)[ENTITY_KEYS]
         online = store.online_features(entities, SERVICE)
     finally:
@@ -143,7 +147,7 @@ APPLY = """
 import json, pathlib, sys, time
 from resources.feature_store import FeastFeatureStore
 store = FeastFeatureStore(repo_path=sys.argv[1], home=sys.argv[2], registry_url=sys.argv[3],
-                          redis_url=sys.argv[4])
+                          redis_url=sys.argv[4]).for_use_case("flights")
 import feast.repo_operations  # the ~11 s import, before the start line
 pathlib.Path(sys.argv[5]).touch()
 while not pathlib.Path(sys.argv[6]).exists():
@@ -191,7 +195,7 @@ def test_two_feast_applies_at_the_same_instant_lose_no_definition(tmp_path):
         reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
         store = FeastFeatureStore(
             repo_path=str(DEFAULT_REPO), home=str(tmp_path / "check"), registry_url=url
-        )
+        ).for_use_case(CASE.name)
         found = declared(store)
         assert found["feature_views"] == reports[0]["feature_views"] == reports[1]["feature_views"]
         assert found["entities"] and found["feature_services"]

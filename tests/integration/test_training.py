@@ -21,7 +21,10 @@ from ml.dataset import fingerprint
 
 pytestmark = pytest.mark.integration
 
-FLAGS = ["--optim.max_epochs", "4", "--optim.batch_size", "64", "--checkpoint_every_steps", "5"]
+FLAGS = [
+    *("--data.label", "arrival_delayed"),
+    *("--optim.max_epochs", "4", "--optim.batch_size", "64", "--checkpoint_every_steps", "5"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -171,22 +174,30 @@ def test_resuming_with_another_world_size_is_refused(tmp_path):
         checkpoint.latest(tmp_path, world_size=1)
 
 
-def materialize_trained_model(data: Path, home: Path, train: dict, **launcher):
+def materialize_trained_model(
+    data: Path, home: Path, train: dict, label: str | None = None, **launcher
+):
+    """`trained_model` of the flights use case on `data`; `label` declares another label
+    column (a wrong one, for the refusal tests)."""
+    import dataclasses
     import shutil
 
     import dagster as dg
 
-    from assets.features import training_set as training_set_asset
-    from assets.training import trained_model
+    from assets.training import training_assets
     from resources.lake import JsonDocuments, LakePaths, ParquetLake
     from resources.launchers import LocalTorchrun
     from resources.registry import local_registry
+    from usecases.flights import USE_CASE as FLIGHTS
 
+    case = FLIGHTS
+    if label is not None:
+        case = dataclasses.replace(FLIGHTS, label=dataclasses.replace(FLIGHTS.label, column=label))
     lake = home / "lake"
-    (lake / "training_set").mkdir(parents=True, exist_ok=True)
-    shutil.copy(data, lake / "training_set" / "data.parquet")
+    (lake / case.name / "training_set").mkdir(parents=True, exist_ok=True)
+    shutil.copy(data, lake / case.name / "training_set" / "data.parquet")
     return dg.materialize(
-        [training_set_asset.to_source_asset(), trained_model],
+        [dg.AssetSpec(case.key("training_set")), *training_assets(case)],
         resources={
             "lake": ParquetLake(root=str(lake)),
             "lake_paths": LakePaths(root=str(lake)),
@@ -194,7 +205,7 @@ def materialize_trained_model(data: Path, home: Path, train: dict, **launcher):
             "launcher": LocalTorchrun(output_root=str(home / "models"), **launcher),
             "mlflow": local_registry(home),
         },
-        run_config={"ops": {"trained_model": {"config": train}}},
+        run_config={"ops": {case.key("trained_model").to_python_identifier(): {"config": train}}},
         raise_on_error=False,
     )
 
@@ -234,7 +245,7 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
 
 def test_a_refused_input_fails_the_step_once_with_the_reason(training_set, tmp_path):
     result = materialize_trained_model(
-        training_set, tmp_path, {"data": {"label": "no_such_column"}}, processes=2
+        training_set, tmp_path, {}, label="no_such_column", processes=2
     )
     assert not result.success
     failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
@@ -247,7 +258,7 @@ def test_a_refused_input_fails_the_step_once_with_the_reason(training_set, tmp_p
 def test_a_crash_loop_is_bounded_across_worker_restarts_and_step_retries(training_set, tmp_path):
     # A text label passes the pre-flight check and fails in every worker.
     result = materialize_trained_model(
-        training_set, tmp_path, {"data": {"label": "split"}}, processes=1, max_restarts=1
+        training_set, tmp_path, {}, label="split", processes=1, max_restarts=1
     )
     assert not result.success
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]

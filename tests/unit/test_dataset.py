@@ -92,3 +92,15 @@ def test_the_fingerprint_changes_with_any_value_or_order_and_not_otherwise():
     changed.loc[2, "arr_delay_min"] = 21.0
     assert fingerprint(changed) != fingerprint(frame)
     assert fingerprint(frame.iloc[::-1]) != fingerprint(frame)
+
+
+def test_a_regression_label_keeps_its_values_and_the_summary_its_means():
+    spec = LabelSpec(view="outcome", label="arr_delay_min", task="regression")
+    entity, unlabelled = labelled_rows(rows(), spec, ["flight_id"])
+    assert entity["arr_delay_min"].tolist() == [30.0, 0.0, 20.0, 1.0]
+    assert entity["arr_delay_min"].dtype == "float64" and unlabelled == 1
+    _, summary = assemble(entity.assign(f__x=1.0), spec, SPLIT, ["f__x"], 1)
+    assert summary.label_mean == {"train": 15.0, "validation": 20.0, "test": 1.0}
+    assert summary.positives == {} and summary.positive_rate("train") is None
+    with pytest.raises(ValueError, match="task='count'"):
+        LabelSpec(view="outcome", label="arr_delay_min", task="count")

@@ -2,10 +2,10 @@ import json
 import subprocess
 import sys
 
-import dagster as dg
 import pytest
 
 from tests.conftest import LIFECYCLE_GROUPS
+from usecases.flights import USE_CASE as FLIGHTS
 
 pytestmark = pytest.mark.unit
 
@@ -32,77 +32,107 @@ def test_loading_the_code_location_imports_no_heavy_library():
     assert json.loads(out.strip().splitlines()[-1]) == []
 
 
-def test_definitions_load_with_the_whole_graph_jobs_and_checks():
+FLIGHTS_ASSETS = {
+    "raw_flights",
+    "raw_weather",
+    "planes",
+    "airlines",
+    "airports",
+    "validated_flights",
+    "quarantined_flights",
+    "validated_weather",
+    "quarantined_weather",
+    "flight_features",
+    "flight_outcomes",
+    "weather_features",
+    "aircraft_features",
+    "carrier_history",
+    "route_history",
+}
+RIDERSHIP_ASSETS = {
+    "raw_station_days",
+    "raw_day_conditions",
+    "validated_station_days",
+    "quarantined_station_days",
+    "validated_day_conditions",
+    "quarantined_day_conditions",
+    "station_day",
+    "station_calendar",
+    "station_history",
+    "day_weather",
+}
+LIFECYCLE_ASSETS = {
+    "feature_registry",
+    "online_features",
+    "training_set",
+    "trained_model",
+    "model_evaluation",
+    "onnx_model",
+    "registered_model",
+    "batch_predictions",
+    "feature_drift",
+}
+"""The generic stages every use case gets, beside its own tables."""
+GATE_RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+
+
+def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     from pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert keys == {
-        "raw_flights",
-        "raw_weather",
-        "planes",
-        "airlines",
-        "airports",
-        "validated_flights",
-        "quarantined_flights",
-        "validated_weather",
-        "quarantined_weather",
-        "flight_features",
-        "flight_outcomes",
-        "weather_features",
-        "aircraft_features",
-        "carrier_history",
-        "route_history",
-        "feature_registry",
-        "online_features",
-        "training_set",
-        "trained_model",
-        "model_evaluation",
-        "onnx_model",
-        "registered_model",
-        "batch_predictions",
-        "feature_drift",
+    assert keys == {f"flights/{a}" for a in FLIGHTS_ASSETS | LIFECYCLE_ASSETS} | {
+        f"ridership/{a}" for a in RIDERSHIP_ASSETS | LIFECYCLE_ASSETS
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {
-        ("raw_flights", "flights_contract"),
-        ("raw_weather", "weather_contract"),
+        ("flights/raw_flights", "flights_contract"),
+        ("flights/raw_weather", "weather_contract"),
+        ("ridership/raw_station_days", "station_days_contract"),
+        ("ridership/raw_day_conditions", "day_conditions_contract"),
+        *(("flights/model_evaluation", rule) for rule in GATE_RULES),
+        *(("ridership/model_evaluation", rule) for rule in (*GATE_RULES, "beats_baseline")),
+        *((f"{case}/onnx_model", "onnx_parity") for case in ("flights", "ridership")),
         *(
-            ("model_evaluation", rule)
-            for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+            (f"{case}/feature_drift", "drift_within_thresholds")
+            for case in ("flights", "ridership")
         ),
-        ("onnx_model", "onnx_parity"),
-        ("feature_drift", "drift_within_thresholds"),
     }
-    assert graph.get(dg.AssetKey("onnx_model")).parent_keys == {
-        dg.AssetKey("model_evaluation"),
-        dg.AssetKey("training_set"),
+    key = FLIGHTS.key
+    assert graph.get(key("onnx_model")).parent_keys == {
+        key("model_evaluation"),
+        key("training_set"),
     }
     retrain = {
-        k.to_user_string()
-        for k in defs.resolve_job_def("train_model").asset_layer.executable_asset_keys
+        k.path[-1]
+        for k in defs.resolve_job_def("flights_train_model").asset_layer.executable_asset_keys
     }
     assert retrain == {"trained_model", "model_evaluation", "onnx_model", "registered_model"}
-    assert graph.get(dg.AssetKey("validated_flights")).parent_keys == {
-        dg.AssetKey("raw_flights"),
-        dg.AssetKey("airlines"),
-    }
-    daily = defs.resolve_job_def("ingest_and_validate")
+    assert graph.get(key("validated_flights")).parent_keys == {key("raw_flights"), key("airlines")}
+    daily = defs.resolve_job_def("flights_ingest_and_validate")
     assert daily.partitions_def is not None
     assert daily.partitions_def.get_first_partition_key() == "2013-01-01"
     assert daily.partitions_def.get_last_partition_key() == "2013-12-31"
-    assert defs.resolve_job_def("load_dimensions") is not None
+    assert defs.resolve_job_def("flights_load_dimensions") is not None
     nightly = {
         k.to_user_string()
-        for k in defs.resolve_job_def("daily_partition").asset_layer.executable_asset_keys
+        for k in defs.resolve_job_def("flights_daily_partition").asset_layer.executable_asset_keys
     }
-    assert {"raw_flights", "online_features", "batch_predictions", "feature_drift"} <= nightly
-    assert not nightly & {"feature_registry", "training_set", "planes"}
+    assert {
+        "flights/raw_flights",
+        "flights/online_features",
+        "flights/batch_predictions",
+        "flights/feature_drift",
+    } <= nightly
+    assert all(k.startswith("flights/") for k in nightly), "a day of one case runs only its own"
+    assert not nightly & {"flights/feature_registry", "flights/training_set", "flights/planes"}
     retrain_all = {
-        k.to_user_string()
-        for k in defs.resolve_job_def("retrain").asset_layer.executable_asset_keys
+        k.path[-1]
+        for k in defs.resolve_job_def("flights_retrain").asset_layer.executable_asset_keys
     }
     assert retrain_all == {"training_set", *retrain}
+    ridership_days = defs.resolve_job_def("ridership_daily_partition").partitions_def
+    assert ridership_days is not None and ridership_days.timezone == "America/Chicago"
 
 
 GROUPS = LIFECYCLE_GROUPS
@@ -110,52 +140,56 @@ KINDS = {"pandas", "great_expectations", "feast", "pytorch", "onnx", "mlflow", "
 
 
 def test_every_asset_has_a_group_kinds_an_owner_a_description_and_a_code_version():
-    from pipelines.definitions import defs
+    from pipelines.definitions import USE_CASES, defs
 
     graph = defs.resolve_asset_graph()
-    seen_groups = set()
-    for key in graph.get_all_asset_keys():
-        node = graph.get(key)
-        spec = node.assets_def.specs_by_key[key]
-        name = key.to_user_string()
-        assert spec.group_name in GROUPS, name
-        seen_groups.add(spec.group_name)
-        assert spec.kinds and spec.kinds <= KINDS, (name, spec.kinds)
-        assert spec.owners and all(o.startswith("team:") for o in spec.owners), name
-        assert spec.description and len(spec.description) > 20, name
-        assert spec.code_version, name
-    assert seen_groups == GROUPS
+    for case in USE_CASES:
+        seen_groups = set()
+        for key in graph.get_all_asset_keys():
+            if key.path[0] != case.name:
+                continue
+            node = graph.get(key)
+            spec = node.assets_def.specs_by_key[key]
+            name = key.to_user_string()
+            assert spec.group_name in {case.group(stage) for stage in GROUPS}, name
+            seen_groups.add(spec.group_name)
+            assert spec.kinds and spec.kinds <= KINDS, (name, spec.kinds)
+            assert spec.owners and all(o.startswith("team:") for o in spec.owners), name
+            assert spec.description and len(spec.description) > 20, name
+            assert spec.code_version, name
+        assert seen_groups == {case.group(stage) for stage in GROUPS}
 
 
 def test_steps_that_talk_to_other_systems_retry_and_runs_carry_their_limits():
     from pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
+    key = FLIGHTS.key
     external = ["raw_flights", "feature_registry", "online_features", "training_set"]
     external += ["registered_model", "batch_predictions", "feature_drift", "trained_model"]
     for name in external:
-        policy = graph.get(dg.AssetKey(name)).assets_def.op.retry_policy
+        policy = graph.get(key(name)).assets_def.op.retry_policy
         assert policy is not None and policy.max_retries >= 1, name
     # Pure computation over the lake is not retried: it would fail the same way again.
-    assert graph.get(dg.AssetKey("carrier_history")).assets_def.op.retry_policy is None
-    for job in ("daily_partition", "retrain", "score_flights"):
-        tags = defs.resolve_job_def(job).tags
+    assert graph.get(key("carrier_history")).assets_def.op.retry_policy is None
+    for job in ("daily_partition", "retrain", "score_day"):
+        tags = defs.resolve_job_def(FLIGHTS.name_for(job)).tags
         assert int(tags["dagster/max_runtime"]) > 0, job
         assert (
             tags["dagster/max_retries"] == "1"
             and tags["dagster/retry_on_asset_or_op_failure"] == "false"
         )
-    assert graph.get(dg.AssetKey("trained_model")).assets_def.op.pool == "training"
-    assert graph.get(dg.AssetKey("registered_model")).assets_def.op.pool == "model_registry"
-    assert graph.get(dg.AssetKey("feature_registry")).assets_def.op.pool == "feast_registry"
+    assert graph.get(key("trained_model")).assets_def.op.pool == "training"
+    assert graph.get(key("registered_model")).assets_def.op.pool == "model_registry"
+    assert graph.get(key("feature_registry")).assets_def.op.pool == "feast_registry"
 
 
 def test_the_trailing_history_reads_the_28_days_before_its_partition():
     from pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
-    history = graph.get(dg.AssetKey("carrier_history"))
-    mapping = history.assets_def.get_partition_mapping(dg.AssetKey("validated_flights"))
+    history = graph.get(FLIGHTS.key("carrier_history"))
+    mapping = history.assets_def.get_partition_mapping(FLIGHTS.key("validated_flights"))
     subset = mapping.get_upstream_mapped_partitions_result_for_partitions(
         history.partitions_def.subset_with_partition_keys(["2013-02-10"]),
         history.partitions_def,
@@ -185,12 +219,13 @@ def test_an_unknown_environment_is_refused_by_name():
 
 
 def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(monkeypatch, tmp_path):
-    from pipelines.definitions import _source
+    from pipelines.definitions import source
     from resources.sources import DropFolderSource
+    from usecases.flights import USE_CASE
 
     monkeypatch.setenv("ML_LIFECYCLE_DROP_FOLDER", str(tmp_path))
     monkeypatch.setenv("ML_LIFECYCLE_MAX_DROP_MIB", "64")
     monkeypatch.setenv("ML_LIFECYCLE_CHUNK_MIB", "0.5")
-    source = _source()
-    assert isinstance(source, DropFolderSource)
-    assert (source.root, source.max_drop_mib, source.chunk_mib) == (str(tmp_path), 64.0, 0.5)
+    drops = source(USE_CASE)
+    assert isinstance(drops, DropFolderSource)
+    assert (drops.root, drops.max_drop_mib, drops.chunk_mib) == (str(tmp_path), 64.0, 0.5)

@@ -236,29 +236,13 @@ def test_the_user_code_runs_prod_with_secrets_and_the_image_tag_and_the_ui_is_pr
 
 def asset_ops() -> dict[str, dict[str, str]]:
     """op name -> op tags, for every asset op of the code location."""
-    import assets.deployment
-    import assets.evaluation
-    import assets.features
-    import assets.inference
-    import assets.ingestion
-    import assets.monitoring
-    import assets.training
-    import assets.validation
+    from pipelines.definitions import USE_CASES, use_case_definitions
 
-    modules = [
-        assets.ingestion,
-        assets.validation,
-        assets.features,
-        assets.training,
-        assets.evaluation,
-        assets.deployment,
-        assets.inference,
-        assets.monitoring,
-    ]
     ops: dict[str, dict[str, str]] = {}
-    for definition in dg.load_assets_from_modules(modules):
-        if isinstance(definition, dg.AssetsDefinition) and definition.is_executable:
-            ops[definition.op.name] = dict(definition.op.tags)
+    for case in USE_CASES:
+        for definition in use_case_definitions(case).assets or []:
+            if isinstance(definition, dg.AssetsDefinition) and definition.is_executable:
+                ops[definition.op.name] = dict(definition.op.tags)
     return ops
 
 
@@ -295,7 +279,7 @@ def step_job(tags: dict[str, str], op_name: str) -> dict[str, Any]:
 
 def test_every_asset_op_asks_for_its_pod():
     ops = asset_ops()
-    assert "trained_model" in ops and len(ops) > 10
+    assert "flights__trained_model" in ops and "ridership__trained_model" in ops and len(ops) > 10
     assert all("dagster-k8s/config" in tags for tags in ops.values()), [
         name for name, tags in ops.items() if "dagster-k8s/config" not in tags
     ]
@@ -310,8 +294,9 @@ def test_step_jobs_validate_and_only_training_asks_for_a_gpu(version):
         resources = container["resources"]
         assert resources["requests"] == resources["limits"], name
         gpus = resources["limits"].get("nvidia.com/gpu")
-        assert (gpus is not None) == (name == "trained_model"), name
-    training = step_job(asset_ops()["trained_model"], "trained_model")["spec"]["template"]["spec"]
+        assert (gpus is not None) == name.endswith("__trained_model"), name
+    name = "flights__trained_model"
+    training = step_job(asset_ops()[name], name)["spec"]["template"]["spec"]
     assert training["tolerations"][0]["key"] == "nvidia.com/gpu"
 
 

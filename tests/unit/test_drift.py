@@ -111,3 +111,19 @@ def test_the_reference_sample_is_seeded_and_bounded():
     pd.testing.assert_frame_equal(first, reference_sample(data, rows=100, seed=1))
     assert not first.equals(reference_sample(data, rows=100, seed=2))
     assert len(reference_sample(data, rows=5000)) == 1000
+
+
+def test_a_regressions_predictions_drift_like_any_number_whatever_their_range():
+    def day(n: int, shift: float = 0.0) -> pd.DataFrame:
+        # Predicted minutes: unbounded, negative as well as in the thousands.
+        return pd.DataFrame(
+            {"temp": rng.normal(30, 10, n), "prediction": rng.normal(-400 + shift, 900, n)}
+        )
+
+    reference = day(5000)
+    quiet = compare(reference, day(2000), ["temp"], [], score="prediction")
+    assert quiet.score is not None and quiet.score.kind == "score"
+    assert quiet.level == "ok" and not quiet.drift_event
+    moved = compare(reference, day(2000, shift=900), ["temp"], [], score="prediction")
+    assert moved.score is not None and moved.score.psi > 0.25 and moved.drift_event
+    assert moved.score.ks_statistic is not None and moved.score.ks_statistic > 0.2

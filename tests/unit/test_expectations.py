@@ -6,8 +6,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from assets.contracts import FLIGHTS, WEATHER
-from pipelines.partitions import DATA_TIMEZONE
 from resources.expectations import (
     ColumnRule,
     GreatExpectations,
@@ -15,8 +13,11 @@ from resources.expectations import (
     TableContract,
     ValidationReport,
 )
-from resources.sources import BundledFlightsSource, parse_timestamps
+from resources.sources import parse_timestamps
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
+from usecases.flights.contracts import FLIGHTS, WEATHER
+from usecases.flights.features import DATA_TIMEZONE
+from usecases.flights.source import BundledFlightsSource
 
 pytestmark = pytest.mark.unit
 CARRIERS = {
@@ -183,7 +184,7 @@ def test_contracts_refuse_nonsense_by_field_name():
     with pytest.raises(ValueError, match="max_rejected_share"):
         TableContract("t", columns, ("id",), "ts", min_rows=1, max_rejected_share=1.5)
     with pytest.raises(ValueError, match="min_rows"):
-        TableContract("t", columns, ("id",), "ts", min_rows=0, max_rejected_share=0.1)
+        TableContract("t", columns, ("id",), "ts", min_rows=-1, max_rejected_share=0.1)
     with pytest.raises(ValueError, match="unknown columns"):
         TableContract("t", columns, ("nope",), "ts", min_rows=1, max_rejected_share=0.1)
     with pytest.raises(ValueError, match="required_when_present names unknown columns"):

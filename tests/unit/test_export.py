@@ -17,9 +17,9 @@ from benchmarks.training_speed import synthetic_training_set
 from ml import export
 from ml.config import ModelConfig
 from ml.data import Preprocessor
-from ml.model import DelayClassifier
+from ml.model import TabularNet
 from ml.predict import Scorer
-from ml.train import probabilities
+from ml.train import predictions, probabilities
 
 pytestmark = pytest.mark.unit
 
@@ -39,10 +39,10 @@ def frame() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def fitted(frame: pd.DataFrame) -> tuple[DelayClassifier, Preprocessor]:
+def fitted(frame: pd.DataFrame) -> tuple[TabularNet, Preprocessor]:
     preprocessor = Preprocessor.fit(frame[frame["split"] == "train"])
     torch.manual_seed(0)
-    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
     return model.eval(), preprocessor
 
 
@@ -176,3 +176,64 @@ def test_the_quantized_model_runs_and_keeps_the_metadata(exported, fitted, frame
     reference = probabilities(model, preprocessor, rows)
     assert scores.shape == (len(rows),)
     assert np.abs(scores - reference).max() < 0.05  # close, not equal: int8 weights
+
+
+@pytest.fixture(scope="module")
+def regression(frame: pd.DataFrame) -> tuple[TabularNet, Preprocessor, pd.DataFrame]:
+    rng = np.random.default_rng(8)
+    rows = frame.assign(minutes=rng.normal(400, 90, len(frame)))
+    preprocessor = Preprocessor.fit(rows[rows["split"] == "train"], standardized_label="minutes")
+    torch.manual_seed(0)
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    return model.eval(), preprocessor, rows
+
+
+@pytest.fixture(scope="module")
+def regression_exported(regression, tmp_path_factory: pytest.TempPathFactory):
+    model, preprocessor, _ = regression
+    path = tmp_path_factory.mktemp("regression") / "model.onnx"
+    return export.export(model, preprocessor, path, PROPERTIES)
+
+
+def test_a_regression_graph_ends_with_the_labels_destandardization(regression, regression_exported):
+    model, preprocessor, rows = regression
+    proto = onnx.load_model(str(regression_exported.path))
+    assert [o.name for o in proto.graph.output] == ["prediction"]
+    assert [n.op_type for n in proto.graph.node[-2:]] == ["Mul", "Add"]
+    assert "Sigmoid" not in {n.op_type for n in proto.graph.node}
+    assert proto.graph.name == "label_prediction"
+    assert proto.doc_string.startswith("The label's predicted value, in the label's units")
+    properties = regression_exported.properties
+    assert properties["task"] == "regression"
+    assert target_of(properties) == (preprocessor.target.mean, preprocessor.target.std)
+    scorer = Scorer.load(regression_exported.path)
+    scores = scorer.predict(validation(rows))
+    assert scorer.task.name == "regression" and scores.dtype == np.float32
+    reference = predictions(model, preprocessor, validation(rows))
+    np.testing.assert_allclose(scores, reference, rtol=1e-5, atol=1e-4)
+    assert abs(float(scores.mean()) - preprocessor.target.mean) < 2 * preprocessor.target.std
+
+
+def target_of(properties: dict[str, str]) -> tuple[float, float]:
+    return float(properties["label_mean"]), float(properties["label_std"])
+
+
+def test_regression_parity_compares_in_the_labels_units(regression, regression_exported, tmp_path):
+    model, preprocessor, rows = regression
+    report = export.parity(regression_exported.path, model, preprocessor, validation(rows))
+    assert report.passed, report.as_dict()
+    assert report.max_rel_error < 1e-5
+    shifted = tampered(regression_exported.path, tmp_path / "m.onnx", "label_mean", lambda m: m + 1)
+    off = export.parity(shifted, model, preprocessor, validation(rows), batch_sizes=(1024,))
+    assert not off.passed and off.mismatched_rows == off.rows
+    assert off.max_abs_error == pytest.approx(1.0, abs=1e-3)  # one minute, in the label's units
+    loose = export.parity(shifted, model, preprocessor, validation(rows), rtol=0.0, atol=1.01)
+    assert loose.passed
+
+
+def test_a_binary_graph_says_what_its_output_is(exported):
+    proto = onnx.load_model(str(exported.path))
+    assert proto.graph.name == "label_probability"
+    assert proto.doc_string.startswith("P(label = 1) from raw feature values")
+    assert [o.name for o in proto.graph.output] == ["probability"]
+    assert export.read_properties(exported.path)["task"] == "binary"

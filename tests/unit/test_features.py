@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml import features
-from resources.sources import BundledFlightsSource
+from ml.features import per_chunk, whole
+from usecases.flights import HISTORY_INPUT_COLUMNS, features
+from usecases.flights.source import BundledFlightsSource
 
 pytestmark = pytest.mark.unit
 
@@ -143,7 +144,7 @@ def test_unknown_tail_numbers_get_no_aircraft_row_and_are_counted():
     rows = pd.DataFrame(
         [flight(), flight(flight=2, tailnum="N404"), flight(flight=3, tailnum=None)]
     )
-    table = features.whole(features.aircraft_features([rows], planes))
+    table = whole(features.aircraft_features([rows], planes))
     assert table.frame["tailnum"].tolist() == ["N1"]
     assert table.frame["aircraft_age_years"].tolist() == [13.0]
     assert table.frame["event_timestamp"].tolist() == [pd.Timestamp("2013-01-10T05:00:00Z")]
@@ -154,10 +155,8 @@ def test_missing_weather_hours_are_counted_on_dst_days_too():
     source = BundledFlightsSource()
     dst_day = dt.date(2013, 3, 10)  # 23 hours in New York
     weather = source.read_day("weather", dst_day, timestamp_columns=["time_hour"]).frame
-    assert (
-        features.whole(features.weather_features([weather], [dst_day])).counts["missing_hours"] == 0
-    )
-    table = features.whole(features.weather_features([weather.iloc[1:]], [dst_day]))
+    assert whole(features.weather_features([weather], [dst_day])).counts["missing_hours"] == 0
+    table = whole(features.weather_features([weather.iloc[1:]], [dst_day]))
     assert table.counts["missing_hours"] == 1
     assert "temp_f" in table.frame.columns and "temp" not in table.frame.columns
 
@@ -200,7 +199,7 @@ def test_the_history_of_a_day_in_chunks_equals_the_history_of_the_whole_day(mont
     days = DAYS[20:24]
     for keys in (["carrier"], ["origin", "dest"]):
         whole = features.delay_history([month], airports, days, keys)
-        columns = list(features.HISTORY_INPUT_COLUMNS)
+        columns = list(HISTORY_INPUT_COLUMNS)
         pieces = features.delay_history(chunks(month[columns], 997), airports, days, keys)
         assert len(whole.frame) >= 60
         pd.testing.assert_frame_equal(pieces.frame, whole.frame, check_exact=True)
@@ -210,32 +209,32 @@ def test_the_history_of_a_day_in_chunks_equals_the_history_of_the_whole_day(mont
 def test_a_tail_number_flying_in_several_chunks_gets_one_aircraft_row(month):
     planes = BundledFlightsSource().read_table("planes").frame
     day = month[(month["month"] == 2) & (month["day"] == 5)]
-    whole = features.whole(features.aircraft_features([day], planes))
-    pieces = features.whole(features.aircraft_features(chunks(day, 101), planes))
+    at_once = whole(features.aircraft_features([day], planes))
+    pieces = whole(features.aircraft_features(chunks(day, 101), planes))
     assert not pieces.frame.duplicated(["tailnum", "event_timestamp"]).any()
     by_tail = ["tailnum", "event_timestamp"]
     pd.testing.assert_frame_equal(
         pieces.frame.sort_values(by_tail, ignore_index=True),
-        whole.frame.sort_values(by_tail, ignore_index=True),
+        at_once.frame.sort_values(by_tail, ignore_index=True),
     )
-    assert pieces.counts == whole.counts and whole.counts["unknown_tailnums"] > 0
+    assert pieces.counts == at_once.counts and at_once.counts["unknown_tailnums"] > 0
 
 
 def test_weather_in_chunks_counts_the_same_missing_hours():
     dst_day = dt.date(2013, 3, 10)
     weather = BundledFlightsSource().read_day("weather", dst_day, timestamp_columns=["time_hour"])
     rows = weather.frame.drop(index=[5, 40]).reset_index(drop=True)
-    whole = features.whole(features.weather_features([rows], [dst_day]))
-    pieces = features.whole(features.weather_features(chunks(rows, 7), [dst_day]))
-    assert whole.counts == pieces.counts == {"observations": len(rows), "missing_hours": 2}
+    at_once = whole(features.weather_features([rows], [dst_day]))
+    pieces = whole(features.weather_features(chunks(rows, 7), [dst_day]))
+    assert at_once.counts == pieces.counts == {"observations": len(rows), "missing_hours": 2}
 
 
 def test_row_wise_tables_add_up_their_counts_over_chunks(month):
-    whole = features.flight_outcomes(month)
-    pieces = features.whole(features.per_chunk(features.flight_outcomes, chunks(month, 5000)))
-    assert pieces.counts == whole.counts
+    at_once = features.flight_outcomes(month)
+    pieces = whole(per_chunk(features.flight_outcomes, chunks(month, 5000)))
+    assert pieces.counts == at_once.counts
     assert len(pieces.frame) == len(month)
     pd.testing.assert_frame_equal(
         pieces.frame.sort_values("flight_id", ignore_index=True),
-        whole.frame.sort_values("flight_id", ignore_index=True),
+        at_once.frame.sort_values("flight_id", ignore_index=True),
     )

@@ -8,8 +8,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml.gate import RULES, GatePolicy, GateReport, decide
-from ml.metrics import BinaryMetrics, Evaluation, SliceMetrics, SliceSpec, evaluate
+from ml.gate import (
+    REGRESSION_RULES,
+    RULES,
+    GatePolicy,
+    GateReport,
+    RegressionGatePolicy,
+    decide,
+    policy_from_dict,
+)
+from ml.metrics import (
+    BaselineComparison,
+    BinaryMetrics,
+    Evaluation,
+    RegressionMetrics,
+    SliceMetrics,
+    SliceSpec,
+    evaluate,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -237,3 +253,176 @@ def test_each_compared_metric_has_its_tolerance_and_the_policy_round_trips():
     assert policy.compared_metrics == ("roc_auc", "log_loss")
     assert policy.tolerance("roc_auc") == 0.005 and policy.tolerance("log_loss") == 0.01
     assert GatePolicy.from_dict(policy.to_dict()) == policy
+
+
+# Regression: errors in the label's units (minutes), lower is better.
+REGRESSION = RegressionGatePolicy()
+
+
+def errors(**changes: float) -> RegressionMetrics:
+    good = RegressionMetrics(
+        rows=10_000, label_mean=42.0, rmse=12.0, mae=8.0, r2=0.55, mean_error=0.4
+    )
+    return dataclasses.replace(good, **changes)
+
+
+def line(value: str, rows: int = 1_204, **changes: float) -> SliceMetrics:
+    return SliceMetrics("line", value, rows, None, errors(rows=rows, **changes))
+
+
+def judged(overall: RegressionMetrics | None = None, slices=(), baseline=None) -> Evaluation:
+    """An evaluation; with the `baseline` forecast's metrics, on rows the model scores as
+    overall."""
+    overall = overall or errors()
+    versus = None if baseline is None else BaselineComparison(baseline=baseline, model=overall)
+    return Evaluation(overall, list(slices), [], versus)
+
+
+def test_a_good_regression_without_a_champion_is_promoted_on_its_floor_alone():
+    report = decide(judged(slices=[line("red")]), None, REGRESSION, subject="sha256:abc")
+    assert report.passed and [r.rule for r in report.rules] == list(REGRESSION_RULES)
+    assert report.rule("absolute_floor").summary == "r2 0.55 ≥ floor 0"
+    assert report.rule("beats_baseline").summary == "not required by the policy"
+
+
+def test_regression_ceilings_and_floor_fail_and_none_is_not_judged():
+    strict = RegressionGatePolicy(max_rmse=10.0, max_mae=9.0, min_r2=0.6)
+    report = decide(judged(), None, strict)
+    assert report.reasons == ["rmse 12 > ceiling 10; r2 0.55 < floor 0.6"]
+    assert report.rule("absolute_floor").failures == ["rmse 12 > ceiling 10", "r2 0.55 < floor 0.6"]
+    unjudged = RegressionGatePolicy(min_r2=None)
+    assert decide(judged(errors(r2=-3.0)), None, unjudged).passed
+    assert decide(judged(errors(r2=-3.0)), None, unjudged).rule("absolute_floor").summary == (
+        "no absolute bar in the policy"
+    )
+
+
+@pytest.mark.parametrize("field", ["rmse", "mae", "r2", "mean_error", "label_mean"])
+def test_a_nan_regression_metric_rejects(field):
+    report = decide(judged(errors(**{field: math.nan})), judged(), REGRESSION)
+    assert report.decision == "reject"
+    assert f"overall: {field} is NaN" in report.rule("finite_metrics").failures
+
+
+def test_a_nan_regression_error_never_passes_the_ceiling_nor_the_champion():
+    nan = judged(errors(rmse=math.nan))
+    report = decide(nan, judged(), RegressionGatePolicy(max_rmse=20.0))
+    assert report.rule("absolute_floor").summary == "rmse NaN not ≤ ceiling 20"
+    assert report.rule("no_regression").failures == ["rmse 12 → NaN (not comparable)"]
+    champion = decide(judged(), judged(errors(mae=math.nan)), REGRESSION).rule("no_regression")
+    assert champion.failures == ["mae: the champion's is NaN, cannot compare"]
+
+
+def test_regression_tolerances_are_fractions_of_the_champions_error():
+    champion = judged(errors(rmse=11.9, mae=7.9))  # challenger 0.8% and 1.3% worse: within 2%
+    assert decide(judged(), champion, REGRESSION).rule("no_regression").passed
+    worse = decide(judged(errors(rmse=12.5, mae=8.1)), judged(), REGRESSION).rule("no_regression")
+    assert not worse.passed
+    assert worse.failures == ["rmse 12 → 12.5 (+4.2% > 2.0%)"]
+    only_mae = RegressionGatePolicy(compared_metrics=("mae",))
+    assert decide(judged(errors(rmse=12.5, mae=8.1)), judged(), only_mae).passed
+    better = judged(errors(rmse=6.0, mae=4.0, r2=0.9))
+    assert decide(better, judged(), REGRESSION).passed
+
+
+def test_regressions_of_different_test_rows_cannot_be_compared():
+    report = decide(judged(), judged(errors(label_mean=41.0)), REGRESSION)
+    assert report.rule("no_regression").summary.startswith("evaluated on different test sets")
+
+
+def test_a_regressing_slice_fails_naming_it_and_small_slices_are_skipped():
+    champion = judged(slices=[line("red", rmse=10.0), line("blue"), line("green", rows=90)])
+    challenger = judged(
+        slices=[line("red", rmse=11.5), line("blue", rmse=12.9), line("green", rows=90, rmse=99)]
+    )
+    slices = decide(challenger, champion, REGRESSION).rule("no_slice_regression")
+    assert not slices.passed
+    assert slices.failures == ["line=red: rmse 10 → 11.5 (+15.0% > 10.0%), 1,204 rows"]
+    assert slices.summary == (
+        "1 slices' rmse rose more than 10.0%: 2 slices compared, 1 skipped"
+        " (too few rows or one label value)"
+    )
+    assert decide(champion, challenger, REGRESSION).rule("no_slice_regression").passed
+
+
+def test_beats_baseline_when_required_needs_a_lower_rmse_than_the_baseline():
+    policy = RegressionGatePolicy(require_baseline=True)
+    naive = errors(rmse=15.0, mae=10.0, r2=0.1)
+    passed = decide(judged(baseline=naive), None, policy).rule("beats_baseline")
+    assert passed.summary == "rmse 12 < the baseline's 15 on the 10,000 rows it covers"
+    assert passed.passed
+    for baseline in (errors(rmse=12.0), errors(rmse=math.nan)):
+        failed = decide(judged(baseline=baseline), None, policy).rule("beats_baseline")
+        assert not failed.passed and failed.failures == [failed.summary]
+    missing = decide(judged(), None, policy)
+    assert missing.reasons == ["the evaluation has no baseline to compare with"]
+    shown = decide(judged(baseline=naive), None, REGRESSION).rule("beats_baseline")
+    assert shown.passed and shown.summary == (
+        "not required by the policy; rmse 12 < the baseline's 15 on the 10,000 rows it covers"
+    )
+
+
+def test_a_regression_report_survives_json_with_its_policy():
+    champion = judged(errors(mae=math.nan), slices=[line("red")], baseline=errors(rmse=20.0))
+    challenger = judged(errors(r2=math.nan), slices=[line("red"), line("blue", rows=12)])
+    policy = RegressionGatePolicy(max_rmse=30.0, min_r2=None, require_baseline=True)
+    report = decide(challenger, champion, policy, champion_version="2", subject="sha256:b0b")
+    text = report.to_json()
+    json.loads(text, parse_constant=pytest.fail)
+    back = GateReport.from_json(text)
+    assert back.to_json() == text and back.policy == policy and back.rules == report.rules
+    assert back.challenger.task == "regression" and math.isnan(back.challenger.overall.r2)
+    assert back.champion is not None and back.champion.baseline is not None
+    assert back.champion.baseline.baseline == errors(rmse=20.0)
+    assert json.loads(text)["policy"]["task"] == "regression"
+    assert policy_from_dict(POLICY.to_dict()) == POLICY and "task" not in POLICY.to_dict()
+    with pytest.raises(KeyError, match="beats_baseline"):
+        report.rule("calibration")
+
+
+def test_the_regression_gate_judges_real_evaluations_end_to_end():
+    rng = np.random.default_rng(0)
+    labels = rng.normal(40, 15, 3000)
+    frame = pd.DataFrame({"line": rng.choice(["red", "blue", "green"], 3000, p=[0.5, 0.47, 0.03])})
+    spec = [SliceSpec("line", "line")]
+    good_predictions = labels + rng.normal(0, 5, 3000)
+    naive = np.full(3000, labels.mean())
+    good = evaluate(
+        labels, good_predictions, frame, spec, None, 200, task="regression", baseline=naive
+    )
+    noisy = good_predictions + rng.normal(0, 5, 3000)
+    worse = evaluate(labels, noisy, frame, spec, None, 200, task="regression", baseline=naive)
+    policy = RegressionGatePolicy(require_baseline=True)
+    assert decide(good, None, policy).passed and decide(good, worse, policy).passed
+    rejected = decide(worse, good, policy)
+    assert not rejected.rule("no_regression").passed
+    assert not rejected.rule("no_slice_regression").passed
+    assert rejected.rule("beats_baseline").passed  # still far better than the mean
+
+
+def test_evaluations_of_another_task_are_refused():
+    with pytest.raises(ValueError, match="challenger: a regression evaluation cannot be judged"):
+        decide(judged(), None, POLICY)
+    with pytest.raises(ValueError, match="champion: a binary evaluation cannot be judged"):
+        decide(judged(), evaluation(), REGRESSION)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"max_rmse": 0.0}, "max_rmse"),
+        ({"max_mae": math.inf}, "max_mae"),
+        ({"min_r2": 1.5}, "min_r2"),
+        ({"min_r2": math.nan}, "min_r2"),
+        ({"max_rmse_rise_fraction": -0.1}, "max_rmse_rise_fraction"),
+        ({"max_mae_rise_fraction": math.nan}, "max_mae_rise_fraction"),
+        ({"max_slice_rmse_rise_fraction": math.inf}, "max_slice_rmse_rise_fraction"),
+        ({"min_slice_rows": 0}, "min_slice_rows"),
+        ({"compared_metrics": ("r2",)}, "compared_metrics"),
+        ({"compared_metrics": ()}, "compared_metrics"),
+        ({"compared_metrics": ("rmse", "rmse")}, "compared_metrics"),
+    ],
+)
+def test_a_bad_regression_policy_is_refused_naming_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        RegressionGatePolicy(**changes)

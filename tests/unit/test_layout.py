@@ -19,7 +19,7 @@ def write_training_set(path: Path, carriers: int = 4) -> Path:
         {
             "flight_schedule__carrier_code": rng.choice([f"c{i}" for i in range(carriers)], rows),
             "origin_weather__temp_f": rng.normal(40, 10, rows),
-            "arrival_delayed": rng.integers(0, 2, rows),
+            "label": rng.integers(0, 2, rows),
             "split": np.where(np.arange(rows) < 150, "train", "validation"),
         }
     ).to_parquet(path)

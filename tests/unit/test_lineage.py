@@ -1,8 +1,14 @@
-"""The lineage document without Dagster or MLflow: rendering, JSON round trip, windows, and
-Dagster's data version of several input partitions."""
+"""The lineage document without Dagster or MLflow: rendering, JSON round trip, windows,
+Dagster's data version of several input partitions, and a prediction found by its keys."""
 
+import dataclasses
+import datetime as dt
+import hashlib
 import json
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.lineage import (
@@ -12,7 +18,9 @@ from pipelines.lineage import (
     Materialization,
     ModelFacts,
     Prediction,
+    main,
     partitions_version,
+    read_prediction,
     window_days,
 )
 
@@ -71,8 +79,9 @@ def lineage() -> Lineage:
         ],
         prediction=Prediction(
             day="2013-01-07",
-            flight_id="20130107-9E3314-1945",
-            probability=0.25,
+            keys={"flight_id": "20130107-9E3314-1945"},
+            column="probability",
+            value=0.25,
             predicted=True,
             model_name="flight_delay",
             model_version="3",
@@ -80,13 +89,17 @@ def lineage() -> Lineage:
             file="/lake/batch_predictions/2013-01-07.parquet",
             file_matches_data_version=True,
         ),
+        assets={"training_set": "training_set", "feature_registry": "feature_registry"},
     )
 
 
 def test_the_text_names_model_manifest_and_every_partition():
     text = lineage().render()
 
-    assert text.startswith("prediction 2013-01-07 20130107-9E3314-1945: P(delay)=0.2500")
+    assert text.startswith(
+        "prediction 2013-01-07 flight_id=20130107-9E3314-1945: probability=0.2500"
+        " predicted=positive at 2013-01-07T12:00:00+00:00"
+    )
     assert "model flight_delay v3 (champion), gate promote" in text
     assert "git commit       abc123" in text
     assert f"lock sha256      {'l' * 64}" in text
@@ -135,3 +148,101 @@ def test_the_partitions_version_is_the_one_dagster_records():
     # own data version is RAW_0105.
     expected = "60ab4a47b0eb8697d5af239a7632f5b02f2a8cb8da5594d2e9b8173577d4dfef"
     assert partitions_version([RAW_0105]) == expected
+
+
+def test_the_training_set_is_found_by_the_use_cases_key_for_it():
+    document = lineage()
+    chain = [
+        dataclasses.replace(m, asset=f"tiny/{m.asset}") if m.asset == "training_set" else m
+        for m in document.materializations
+    ]
+
+    def text(training_set: str) -> str:
+        keyed = dataclasses.replace(document, materializations=chain)
+        return dataclasses.replace(keyed, assets={"training_set": training_set}).render()
+
+    assert "= training_set's data version" in text("tiny/training_set")
+    assert "training_set's data version" not in text("training_set")
+
+
+SCORED_AT = dt.datetime(2024, 3, 1, 6, tzinfo=dt.UTC)
+
+
+def predictions(path: Path, **outputs: list) -> Path:
+    """A `batch_predictions` file: two stations' rows at two hours, and `outputs`."""
+    hours = [dt.datetime(2024, 3, 1, h, tzinfo=dt.UTC) for h in (8, 9, 8, 9)]
+    table = pa.table(
+        {
+            "station_id": pa.array([1, 1, 2, 2], type=pa.int64()),
+            "event_timestamp": pa.array(hours, type=pa.timestamp("us", tz="UTC")),
+            **outputs,
+            "model_name": ["m"] * 4,
+            "model_version": ["2"] * 4,
+            "predicted_at": pa.array([SCORED_AT] * 4, type=pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_binary_prediction_is_found_by_its_keys_read_as_their_columns_types(tmp_path):
+    path = predictions(
+        tmp_path / "p.parquet",
+        probability=pa.array([0.1, 0.2, 0.7, 0.9], type=pa.float32()),
+        predicted=[False, False, True, True],
+    )
+    keys = {"station_id": "2", "event_timestamp": "2024-03-01 09:00:00+00:00"}
+
+    found = read_prediction(path, "2024-03-01", keys, sha256(path))
+
+    assert (found.column, round(found.value, 4), found.predicted) == ("probability", 0.9, True)
+    assert (found.model_name, found.model_version) == ("m", "2")
+    assert found.predicted_at == "2024-03-01T06:00:00+00:00"
+    assert found.keys == keys and found.file_matches_data_version
+    assert not read_prediction(path, "2024-03-01", keys, "other").file_matches_data_version
+
+
+def test_a_regression_prediction_has_its_value_and_no_class(tmp_path):
+    path = predictions(tmp_path / "p.parquet", prediction=[3.5, 4.0, 5.0, 6.5])
+    keys = {"station_id": "1", "event_timestamp": "2024-03-01 09:00:00+00:00"}
+
+    found = read_prediction(path, "2024-03-01", keys, None)
+
+    assert (found.column, found.value, found.predicted) == ("prediction", 4.0, None)
+    document = dataclasses.replace(lineage(), prediction=found)
+    assert document.render().startswith(
+        "prediction 2024-03-01 station_id=1 event_timestamp=2024-03-01 09:00:00+00:00:"
+        " prediction=4.0000 at 2024-03-01T06:00:00+00:00\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (
+            {"station_id": "1"},
+            "holds 2 predictions for station_id='1'; name more of its keys:"
+            " station_id, event_timestamp",
+        ),
+        ({"station_id": "3"}, "has no prediction for station_id='3'"),
+        ({"station_id": "x"}, "station_id='x' is not a value of type int64"),
+        ({"flight_id": "1"}, r"\['flight_id'\] are not key columns"),
+        ({"probability": "0.1"}, r"\['probability'\] are not key columns"),
+        ({}, "name the prediction by its keys: station_id, event_timestamp"),
+    ],
+)
+def test_a_prediction_not_named_by_exactly_one_row_is_refused_by_name(tmp_path, keys, message):
+    path = predictions(tmp_path / "p.parquet", probability=[0.1, 0.2, 0.7, 0.9])
+    with pytest.raises(LineageError, match=message):
+        read_prediction(path, "2024-03-01", keys, None)
+
+
+def test_a_prediction_key_without_a_value_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["prediction", "2024-03-01", "station_id"])
+    assert exited.value.code == 2
+    assert "'station_id' is not KEY=VALUE" in capsys.readouterr().err

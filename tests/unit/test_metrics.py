@@ -11,15 +11,25 @@ from sklearn import metrics as sk
 from ml.metrics import (
     MISSING,
     OUT_OF_RANGE,
+    BaselineComparison,
     BinaryMetrics,
     Evaluation,
+    RegressionMetrics,
     SliceSpec,
     best_threshold,
     binary_metrics,
     calibration_bins,
     evaluate,
+    regression_metrics,
 )
-from ml.plots import calibration_plot, roc_curves, slice_bars
+from ml.plots import (
+    calibration_plot,
+    loss_curve,
+    predicted_vs_actual,
+    residuals,
+    roc_curves,
+    slice_bars,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -257,3 +267,115 @@ def test_the_figures_are_png_images():
     assert all(f.startswith(b"\x89PNG") for f in figures)
     with pytest.raises(ValueError, match="metric='auc'"):
         slice_bars(challenger, None, metric="auc")
+
+
+def test_regression_metrics_match_the_hand_computed_values():
+    got = regression_metrics(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.5, 2.0, 2.5, 5.0]))
+    # Errors 0.5, 0, -0.5, 1: squared, 1.5 in all; the labels' squared deviation is 5.
+    assert (got.rows, got.label_mean, got.mae, got.mean_error) == (4, 2.5, 0.5, 0.25)
+    assert got.rmse == pytest.approx(math.sqrt(1.5 / 4))
+    assert got.r2 == pytest.approx(1 - 1.5 / 5)
+    assert math.isnan(regression_metrics(np.array([3.0, 3.0]), np.array([2.0, 4.0])).r2)
+
+
+@pytest.mark.parametrize(
+    ("labels", "predictions", "message"),
+    [
+        ([], [], "0 labels for 0 predictions"),
+        ([1.0, 2.0], [1.0], "2 labels for 1 predictions"),
+        ([1.0, math.nan], [1.0, 2.0], "1 labels are NaN or infinite"),
+        ([1.0, 2.0], [math.inf, 2.0], "1 predictions are NaN or infinite"),
+    ],
+)
+def test_bad_regression_inputs_are_refused(labels, predictions, message):
+    with pytest.raises(ValueError, match=message):
+        regression_metrics(np.array(labels), np.array(predictions))
+
+
+def predicted(rows: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    labels = rng.normal(300, 50, rows)
+    return labels, labels + rng.normal(5, 20, rows)
+
+
+def test_evaluate_a_regression_per_slice_skipping_small_or_constant_ones():
+    labels, predictions = predicted()
+    frame = flights(labels)
+    night = frame["flight_schedule__dep_hour"].to_numpy() < 6
+    labels[night] = 120.0  # one label value only
+    got = evaluate(labels, predictions, frame, [CARRIER, HOUR_BAND], None, 50, task="regression")
+    assert got.task == "regression" and got.calibration == [] and got.baseline is None
+    assert got.overall == regression_metrics(labels, predictions)
+    oo, ev = got.slice("carrier", "OO"), got.slice("carrier", "EV")
+    assert oo.metrics is None and oo.skipped == "20 rows < 50" and oo.positives is None
+    inside = (frame["flight_schedule__carrier_code"] == "EV").to_numpy()
+    assert ev.metrics == regression_metrics(labels[inside], predictions[inside])
+    night_band = got.slice("hour_band", "night")
+    assert night_band.metrics is None
+    assert night_band.skipped == f"one label value only (120 in {int(night.sum()):,} rows)"
+
+
+def test_evaluate_takes_a_threshold_for_binary_only_and_a_baseline_of_the_same_rows():
+    labels, predictions = predicted(100)
+    frame = flights(labels)
+    with pytest.raises(ValueError, match=r"threshold=0\.5: a regression evaluation has none"):
+        evaluate(labels, predictions, frame, [], 0.5, 10, task="regression")
+    with pytest.raises(ValueError, match="threshold: a binary evaluation needs one"):
+        evaluate(*scored(100), frame, [], None, 10)
+    with pytest.raises(ValueError, match="task='multiclass'"):
+        evaluate(labels, predictions, frame, [], None, 10, task="multiclass")
+    with pytest.raises(ValueError, match="baseline has 99 rows for 100 labels"):
+        evaluate(labels, predictions, frame, [], task="regression", baseline=labels[1:])
+    with pytest.raises(ValueError, match="baseline: no row has a finite value"):
+        evaluate(labels, predictions, frame, [], task="regression", baseline=labels * np.nan)
+    naive = np.full(100, labels.mean())
+    naive[:10] = np.nan  # e.g. no week before to repeat
+    got = evaluate(labels, predictions, frame, [], task="regression", baseline=naive)
+    assert got.baseline == BaselineComparison(
+        baseline=regression_metrics(labels[10:], naive[10:]),
+        model=regression_metrics(labels[10:], predictions[10:]),
+    )
+    assert got.overall == regression_metrics(labels, predictions)  # every row
+
+
+def test_a_regression_evaluation_survives_json_with_its_baseline_and_skipped_slices():
+    labels, predictions = predicted(400)
+    frame = flights(labels)
+    got = evaluate(
+        labels, predictions, frame, [CARRIER], None, 30, task="regression", baseline=labels + 9
+    )
+    text = json.dumps(got.to_dict(), allow_nan=False)
+    back = Evaluation.from_dict(json.loads(text))
+    assert back == got and back.to_dict() == got.to_dict()
+    assert json.loads(text)["task"] == "regression"
+    constant = evaluate(np.ones(4), np.ones(4), frame.head(4), [], task="regression")
+    assert math.isnan(Evaluation.from_dict(constant.to_dict()).overall.r2)  # None in the JSON
+    partial = {k: v for k, v in got.overall.as_dict().items() if k != "mae"}
+    assert math.isnan(RegressionMetrics.from_dict(partial).mae)
+
+
+def test_a_binary_evaluation_keeps_its_json_shape():
+    labels, probabilities = scored(300)
+    document = evaluate(labels, probabilities, flights(labels), [CARRIER], 0.5, 30).to_dict()
+    assert list(document) == ["overall", "slices", "calibration"]
+    assert list(document["overall"]) == list(BinaryMetrics.__dataclass_fields__)
+    assert all(isinstance(s["positives"], int) for s in document["slices"])
+
+
+def test_the_regression_figures_are_png_images():
+    labels, predictions = predicted(8_000)
+    frame = flights(labels)
+    challenger = evaluate(labels, predictions, frame, [CARRIER], task="regression")
+    champion = evaluate(labels, predictions + 3, frame, [CARRIER], task="regression")
+    figures = [
+        predicted_vs_actual(
+            {"challenger": (labels, predictions), "empty": (labels[:0], labels[:0])}
+        ),
+        residuals({"challenger": (labels, predictions), "champion": (labels, predictions + 3)}),
+        slice_bars(challenger, champion),  # RMSE by default
+        slice_bars(challenger, None, metric="mae"),
+        loss_curve([1.0, 0.5], [1.1, 0.6], 2, "mean squared error of the standardized label"),
+    ]
+    assert all(f.startswith(b"\x89PNG") for f in figures)
+    with pytest.raises(ValueError, match="metric='roc_auc': not a field of RegressionMetrics"):
+        slice_bars(challenger, None, metric="roc_auc")

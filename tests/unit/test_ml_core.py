@@ -1,6 +1,9 @@
 """The training core as plain functions: config, preprocessing, sharding, the model."""
 
+import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -8,8 +11,9 @@ import pytest
 import torch
 
 from ml.config import ModelConfig, TrainConfig, from_args, parser
-from ml.data import UNKNOWN, Preprocessor, Shards
-from ml.model import DelayClassifier
+from ml.data import UNKNOWN, Preprocessor, Shards, TargetScaler
+from ml.model import TabularNet
+from ml.task import BINARY, REGRESSION
 
 pytestmark = pytest.mark.unit
 
@@ -39,6 +43,7 @@ def test_the_command_line_and_the_nested_dict_build_the_same_validated_config():
         ({"optim": {"lr": 0.0}}, "optim.lr=0.0"),
         ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
         ({"optim": {"batchsize": 3}}, "unknown field(s) ['optim.batchsize']"),
+        ({"data": {"task": "multiclass"}}, "data.task='multiclass': must be one of"),
     ],
 )
 def test_a_bad_config_is_refused_naming_the_field(values, named):
@@ -63,6 +68,30 @@ def test_preprocessing_is_fitted_on_train_only_and_maps_unseen_values_to_unknown
     # Row-major: a batch gather reads each row in one place; onnxruntime takes it without a copy.
     assert later.numeric.is_contiguous() and later.categorical.is_contiguous()
     assert Preprocessor.from_json(fitted.to_json()) == fitted
+
+
+def test_a_regression_label_is_standardized_with_the_train_splits_mean_and_std():
+    train = frame(["AA", "UA", "AA", "UA"], [1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0])
+    fitted = Preprocessor.fit(train, standardized_label="arrival_delayed")
+    assert fitted.task == REGRESSION and Preprocessor.fit(train).task == BINARY
+    assert fitted.target == TargetScaler(mean=25.0, std=float(np.std([10, 20, 30, 40])))
+    later = fitted.transform(frame(["AA"], [1.0], [35.0]), "arrival_delayed")
+    assert later.label.dtype == torch.float32
+    assert later.label.item() == pytest.approx(10.0 / fitted.target.std)
+    assert Preprocessor.from_json(fitted.to_json()) == fitted
+    assert "target" not in json.loads(Preprocessor.fit(train).to_json())  # binary files as before
+    constant = Preprocessor.fit(train.assign(arrival_delayed=7.0), "arrival_delayed")
+    assert constant.target == TargetScaler(mean=7.0, std=1.0)
+
+
+def test_a_missing_or_infinite_regression_label_is_refused_by_name():
+    train = frame(["AA", "UA"], [1.0, 2.0], [10.0, 20.0])
+    fitted = Preprocessor.fit(train, standardized_label="arrival_delayed")
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"1 value\(s\) of the label column 'arrival_delayed'"):
+            fitted.transform(frame(["AA", "UA"], [1.0, 2.0], [bad, 3.0]), "arrival_delayed")
+    with pytest.raises(ValueError, match="lacks the label column 'y'"):
+        Preprocessor.fit(train, standardized_label="y")
 
 
 def test_a_missing_feature_column_is_refused_by_name():
@@ -91,9 +120,9 @@ def test_shards_cover_every_row_each_epoch_equally_and_reproducibly():
 
 
 def test_the_model_gives_one_logit_per_row_and_the_same_seed_the_same_weights():
-    def build() -> DelayClassifier:
+    def build() -> TabularNet:
         torch.manual_seed(0)
-        return DelayClassifier(4, [3, 10], ModelConfig(hidden_sizes=(8,), max_embedding_dim=4))
+        return TabularNet(4, [3, 10], ModelConfig(hidden_sizes=(8,), max_embedding_dim=4))
 
     model = build()
     logits = model(torch.zeros(5, 4), torch.tensor([[0, 9]] * 5))
@@ -119,3 +148,17 @@ def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
             index = rows[batch * 4 : (batch + 1) * 4]
             assert torch.equal(n, numeric[index]) and n.is_contiguous()
             assert torch.equal(c, data.categorical[index]) and torch.equal(y, data.label[index])
+
+
+def test_training_and_its_node_do_not_import_each_other_at_import_time():
+    # ml.node imports ml.train lazily (to check a config); ml.train must not import ml.node.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, ml.train; print('ml.node' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False"
+    from ml import exits, node
+
+    assert node.EXIT_NOT_RETRYABLE == exits.EXIT_NOT_RETRYABLE == 78

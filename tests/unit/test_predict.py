@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,8 +17,16 @@ from benchmarks.training_speed import synthetic_training_set
 from ml import export
 from ml.config import ModelConfig
 from ml.data import Preprocessor
-from ml.model import DelayClassifier
-from ml.predict import ModelIntegrityError, Scorer, parquet_batches, score_to_parquet
+from ml.model import TabularNet
+from ml.predict import (
+    CHART_BINS,
+    FINE_BINS,
+    GrowingHistogram,
+    ModelIntegrityError,
+    Scorer,
+    parquet_batches,
+    score_to_parquet,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +43,7 @@ def frame() -> pd.DataFrame:
 def model_path(frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
     preprocessor = Preprocessor.fit(frame[frame["split"] == "train"])
     torch.manual_seed(1)
-    model = DelayClassifier(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
     path = tmp_path_factory.mktemp("predict") / "model.onnx"
     return export.export(model.eval(), preprocessor, path, {"model_version": "3"}).path
 
@@ -150,3 +159,90 @@ def test_zero_rows_write_an_empty_file_and_no_batch_is_refused(scorer, frame, tm
         score(scorer, iter([]), tmp_path / "none.parquet")
     assert not (tmp_path / "none.parquet").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.parquet"]
+
+
+@pytest.fixture(scope="module")
+def regression_scorer(frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Scorer:
+    rng = np.random.default_rng(2)
+    rows = frame.assign(minutes=rng.normal(-250, 40, len(frame)))
+    preprocessor = Preprocessor.fit(rows[rows["split"] == "train"], standardized_label="minutes")
+    torch.manual_seed(1)
+    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, ModelConfig())
+    path = tmp_path_factory.mktemp("regression") / "model.onnx"
+    exported = export.export(model.eval(), preprocessor, path, {"model_version": "3"})
+    return Scorer.load(exported.path, threads=1)
+
+
+def test_a_regression_scores_to_a_prediction_column_and_a_streamed_summary(
+    regression_scorer, frame, tmp_path
+):
+    path = tmp_path / "predictions.parquet"
+    summary = score_to_parquet(
+        regression_scorer, batches(frame, 300), path, keep=["flight_id"], constants=CONSTANTS
+    )
+    written = pd.read_parquet(path)
+    expected = regression_scorer.predict(frame)
+    assert list(written.columns) == ["flight_id", "prediction", *CONSTANTS]
+    assert written["prediction"].dtype == np.float32
+    np.testing.assert_array_equal(written["prediction"].to_numpy(), expected)
+    assert summary.task == "regression" and summary.positive_predictions is None
+    assert summary.rows == len(frame) and summary.mean == pytest.approx(expected.mean(), rel=1e-5)
+    for name, value in summary.quantiles.items():
+        exact = np.quantile(expected, int(name[1:]) / 100, method="inverted_cdf")
+        assert abs(value - exact) <= summary.bin_width / 2 + 1e-9, name
+    assert summary.bin_width <= 8 * 40 / FINE_BINS * 1.1  # the label's std: about 40
+    assert sum(summary.histogram) == len(frame)
+    assert len(summary.histogram_edges) == len(summary.histogram) + 1 <= CHART_BINS + 1
+    edges = summary.histogram_edges
+    assert edges[0] <= expected.min() < edges[1] and edges[-2] <= expected.max() < edges[-1]
+    with pytest.raises(AttributeError, match="see mean"):
+        _ = summary.mean_probability
+
+
+def test_only_a_binary_model_takes_a_threshold(regression_scorer, scorer, frame, tmp_path):
+    with pytest.raises(ValueError, match="a regression model takes none"):
+        score(regression_scorer, batches(frame, 500), tmp_path / "r.parquet", threshold=0.5)
+    with pytest.raises(ValueError, match="threshold None is not in"):
+        score_to_parquet(scorer, batches(frame, 500), tmp_path / "b.parquet", keep=[], constants={})
+    with pytest.raises(ValueError, match=r"\['prediction'\] clash"):
+        score_to_parquet(
+            regression_scorer, batches(frame, 500), tmp_path / "c.parquet", keep=["prediction"],
+            constants={},
+        )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_regression_file_without_its_label_scale_is_refused(regression_scorer, tmp_path):
+    stripped = tmp_path / "model.onnx"
+    proto = onnx.load_model(str(regression_scorer.path))
+    kept = [p for p in proto.metadata_props if p.key != "label_std"]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    onnx.save_model(proto, str(stripped))
+    with pytest.raises(ValueError, match=r"lacks the metadata \['label_std'\]"):
+        Scorer.load(stripped)
+
+
+def test_predictions_far_outside_the_training_range_widen_the_bins_in_any_order():
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(0, 1, 5_000), rng.normal(900, 50, 50), [-3_000.0]])
+    seen = []
+    for order in (values, values[::-1], rng.permutation(values)):
+        histogram = GrowingHistogram(anchor=-4.0, width=8 / FINE_BINS)
+        for chunk in np.array_split(order, 7):
+            histogram.add(chunk)
+        seen.append(histogram)
+    first = seen[0]
+    assert all(
+        (h.chart(), h.width, h.first, h.counts.tolist())
+        == (first.chart(), first.width, first.first, first.counts.tolist())
+        for h in seen
+    )
+    assert len(first.counts) <= FINE_BINS and first.counts.sum() == len(values)
+    assert first.width <= 2 * (values.max() - values.min()) / (FINE_BINS - 2)
+    counts, edges = first.chart()
+    assert sum(counts) == len(values) and len(counts) <= CHART_BINS
+    assert edges[0] <= -3_000 and edges[-1] > values.max()
+    ordered = np.sort(values)
+    for rank in (1, 51, 2_528, 5_000, len(values)):
+        assert abs(first.quantile(rank) - ordered[rank - 1]) <= first.width / 2, rank

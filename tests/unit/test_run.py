@@ -1,25 +1,122 @@
+"""`make run` without running anything: which use case and window it takes, what its summary says
+of a binary and of a regression use case, and its usage errors."""
+
+import dataclasses
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
+from assets.usecase import TrainingWindow
 from ml.dataset import TimeSplit
-from pipelines.partitions import training_config
-from pipelines.run import main
+from pipelines.run import (
+    AssetRun,
+    DayOutcome,
+    Summary,
+    choose_use_case,
+    default_window,
+    history_days,
+    main,
+    where_lines,
+)
+from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
+REGRESSION = dataclasses.replace(
+    TINY, name="tiny_minutes", label=dataclasses.replace(TINY.label, task="regression")
+)
+
+
+def test_the_first_declared_use_case_runs_unless_one_is_named():
+    assert choose_use_case((TINY, REGRESSION), None) is TINY
+    assert choose_use_case((TINY, REGRESSION), "tiny_minutes") is REGRESSION
+    with pytest.raises(ValueError, match=r"'nope'.*'tiny', 'tiny_minutes'"):
+        choose_use_case((TINY, REGRESSION), "nope")
+
+
+def test_the_default_window_is_the_declared_one_else_the_last_days_of_the_data():
+    assert default_window(TINY) == (dt.date(2024, 3, 22), dt.date(2024, 3, 31))
+    declared = dataclasses.replace(
+        TINY, window=TrainingWindow(days=10, default={"start": "2024-02-01", "end": "2024-03-01"})
+    )
+    assert default_window(declared) == (dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+
+
+def test_the_history_lead_in_is_the_longest_trailing_input():
+    assert history_days(TINY) == 14
+    only_days = dataclasses.replace(TINY, feature_tables=TINY.feature_tables[1:])
+    assert history_days(only_days) == 0
 
 
 @pytest.mark.parametrize("days", [3, 4, 7, 31, 365])
 def test_make_runs_training_window_always_splits_into_three_nonempty_parts(days):
-    start = dt.date(2013, 1, 29)
-    config = training_config(start, start + dt.timedelta(days=days - 1))
+    start = dt.date(2024, 1, 29)
+    config = TINY.window.config(start, start + dt.timedelta(days=days - 1))
     split = TimeSplit(**{k: dt.date.fromisoformat(v) for k, v in config.items()})
     assert split.start == start and (split.end - split.start).days == days
-    if days == 31:  # the default window: 70/15/15 by day
-        assert (split.validation_start, split.test_start) == (
-            dt.date(2013, 2, 19),
-            dt.date(2013, 2, 24),
-        )
+
+
+def summary(case, evaluation: dict[str, object]) -> str:
+    def key(name: str) -> str:
+        return case.key(name).to_user_string()
+
+    day = DayOutcome(
+        "2024-03-01",
+        success=True,
+        rows={
+            key("raw_trips"): 12,
+            key("validated_trips"): 10,
+            key("quarantined_trips"): 2,
+            key("trip_features"): 10,
+            "other/raw_trips": 99,
+        },
+        materialized={key("online_features")},
+    )
+    training = AssetRun(True, "[2024-02-01, 2024-03-01)")
+    training.assets[key("training_set")] = {
+        "rows_train": 7, "positive_rate_train": 0.25, "features": 4,
+        "feature_service": case.feature_service, "unlabelled_rows_left_out": 1,
+    }  # fmt: skip
+    model = AssetRun(True, "")
+    model.assets[key("model_evaluation")] = {"test_rows": 3, "decision": "promote", **evaluation}
+    model.assets[key("registered_model")] = {"model": f"{case.registered_model} v1"}
+    return "\n".join(Summary(case, [day], training, model, {}, 1.0).lines())
+
+
+def test_the_summary_is_told_by_the_declaration():
+    text = summary(TINY, {})
+
+    assert "Ran 1 day(s) of tiny" in text
+    assert "  trips: 12 received, 10 published, 2 quarantined" in text
+    assert "  features: trip_features 10 rows, trip_outcomes 0 rows" in text
+    assert "  online store: 1 day(s) materialized" in text
+    assert "tiny_model predicts late of trip_outcome (binary) from 4 features of tiny_v1" in text
+    assert "registered: tiny_model v1, now champion" in text
+    assert "flight" not in text.lower()
+
+
+def test_a_binary_summary_shows_rates_auc_and_threshold():
+    text = summary(TINY, {"test_roc_auc": 0.71, "threshold": 0.4, "test_rmse": 9.0})
+
+    assert "train 7 rows (25.0% positive)" in text
+    assert "evaluation on 3 test rows, test_roc_auc 0.710, threshold 0.400;" in text
+    assert "rmse" not in text
+
+
+def test_a_regression_summary_shows_errors_and_no_rates():
+    text = summary(REGRESSION, {"test_rmse": 9.5, "test_mae": 7.25, "test_r2": 0.3})
+
+    assert "train 7 rows," in text and "positive" not in text
+    assert "evaluation on 3 test rows, test_rmse 9.500, test_mae 7.250, test_r2 0.300;" in text
+    assert "predicts late of trip_outcome (regression)" in text
+
+
+def test_where_the_results_are_follows_the_use_cases_keys_and_names():
+    text = "\n".join(where_lines(TINY, Path("/home")))
+
+    assert "/home/lake/tiny/batch_predictions" in text
+    assert "any day or range from 2024-01-01 to 2024-03-31" in text
+    assert "Models → tiny_model" in text
 
 
 @pytest.mark.parametrize(("option", "value"), [("--start", "2013-02-30"), ("--end", "yesterday")])

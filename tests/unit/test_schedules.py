@@ -1,57 +1,72 @@
+"""A use case's schedules, on a tiny declared use case whose assets are stubs."""
+
+import dataclasses
 import datetime as dt
 import zoneinfo
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from pipelines.schedules import AutomationSettings, retrain_request
+from pipelines.jobs import build_jobs, definition_name
+from pipelines.schedules import AutomationSettings, latest_labelled_day, retrain_request
+from tests.unit.tiny_case import TINY, stub_definitions
 
 pytestmark = [
     pytest.mark.unit,
     # Dagster's own partitioned schedule calls its deprecated run_request_for_partition.
     pytest.mark.filterwarnings("ignore:Function `JobDefinition.run_request_for_partition`"),
 ]
-NEW_YORK = zoneinfo.ZoneInfo("America/New_York")
+BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 
 
-def schedule(name: str, settings: AutomationSettings | None = None):
-    from pipelines.definitions import definitions, local_resources
+def settings(**env: str) -> AutomationSettings:
+    return AutomationSettings.from_env(TINY, env)
 
-    defs = definitions(local_resources(Path("/nonexistent")), settings)
-    return defs.resolve_schedule_def(name), defs
+
+def schedule(name: str, automation: AutomationSettings | None = None) -> dg.ScheduleDefinition:
+    from pipelines.schedules import build_schedules
+
+    jobs = build_jobs(TINY)
+    defs = stub_definitions(
+        jobs=jobs, schedules=build_schedules(TINY, automation or settings(), jobs)
+    )
+    return defs.resolve_schedule_def(definition_name(TINY, name))
+
+
+def test_without_the_environment_the_settings_are_the_declarations():
+    assert settings() == AutomationSettings(
+        daily_at="03:15", retrain_cron="0 5 * * 1", timezone="Europe/Berlin", training_days=10
+    )
 
 
 @pytest.mark.parametrize(
     ("tick", "partition"),
     [
-        (dt.datetime(2013, 3, 11, 2, 30, tzinfo=NEW_YORK), "2013-03-10"),  # the night of DST
-        (dt.datetime(2013, 7, 1, 2, 30, tzinfo=NEW_YORK), "2013-06-30"),
-        (dt.datetime(2013, 12, 31, 2, 30, tzinfo=NEW_YORK), "2013-12-30"),
+        (dt.datetime(2024, 3, 31, 3, 15, tzinfo=BERLIN), "2024-03-30"),  # the night of DST
+        (dt.datetime(2024, 2, 1, 3, 15, tzinfo=BERLIN), "2024-01-31"),
     ],
 )
 def test_the_nightly_schedule_processes_the_day_before_its_tick(tick, partition):
-    nightly, _ = schedule("nightly_daily_partition")
-    assert nightly.cron_schedule == "30 2 * * *"
-    assert nightly.execution_timezone == "America/New_York"
+    nightly = schedule("nightly_daily_partition")
+    assert nightly.cron_schedule == "15 3 * * *"
+    assert nightly.execution_timezone == "Europe/Berlin"
+    assert nightly.job_name == definition_name(TINY, "daily_partition")
     context = dg.build_schedule_context(scheduled_execution_time=tick)
     (request,) = nightly.evaluate_tick(context).run_requests or []
     assert request.partition_key == partition
 
 
 def test_the_nightly_hour_and_the_retrain_cron_come_from_the_environment():
-    settings = AutomationSettings.from_env(
-        {
-            "ML_LIFECYCLE_DAILY_AT": "01:15",
-            "ML_LIFECYCLE_RETRAIN_CRON": "0 5 * * 1",
-            "ML_LIFECYCLE_SCHEDULE_TIMEZONE": "Europe/Berlin",
-            "ML_LIFECYCLE_AUTOMATION": "on",
-        }
+    automation = settings(
+        ML_LIFECYCLE_DAILY_AT="01:15",
+        ML_LIFECYCLE_RETRAIN_CRON="0 5 * * *",
+        ML_LIFECYCLE_SCHEDULE_TIMEZONE="America/Chicago",
+        ML_LIFECYCLE_AUTOMATION="on",
     )
-    nightly, _ = schedule("nightly_daily_partition", settings)
-    retrain, _ = schedule("nightly_retrain", settings)
+    nightly = schedule("nightly_daily_partition", automation)
+    retrain = schedule("nightly_retrain", automation)
     assert nightly.cron_schedule == "15 1 * * *"
-    assert (retrain.cron_schedule, retrain.execution_timezone) == ("0 5 * * 1", "Europe/Berlin")
+    assert (retrain.cron_schedule, retrain.execution_timezone) == ("0 5 * * *", "America/Chicago")
     assert retrain.default_status == dg.DefaultScheduleStatus.RUNNING
 
 
@@ -65,36 +80,48 @@ def test_the_nightly_hour_and_the_retrain_cron_come_from_the_environment():
 )
 def test_bad_settings_are_refused_by_name(env, message):
     with pytest.raises(ValueError, match=message):
-        AutomationSettings.from_env(env)
+        AutomationSettings.from_env(TINY, env)
 
 
-def _publish_labels(instance: dg.DagsterInstance, days: list[str]) -> None:
+def publish_labels(instance: dg.DagsterInstance, days: list[str]) -> None:
     for day in days:
         instance.report_runless_asset_event(
-            dg.AssetMaterialization(asset_key="flight_outcomes", partition=day)
+            dg.AssetMaterialization(asset_key=TINY.key("trip_outcomes"), partition=day)
         )
 
 
-def test_the_retrain_trains_on_the_days_up_to_the_latest_labelled_one_once_per_window():
-    settings = AutomationSettings(training_days=31)
-    retrain, _ = schedule("nightly_retrain", settings)
-    assert retrain.job_name == "retrain"
+def test_the_labelled_days_are_those_of_the_labels_table():
     with dg.instance_for_test() as instance:
-        skipped = retrain_request(instance, settings, "schedule")
-        assert isinstance(skipped, dg.SkipReason) and "no day" in (skipped.skip_message or "")
+        instance.report_runless_asset_event(  # another table's day says nothing of the labels
+            dg.AssetMaterialization(asset_key=TINY.key("trip_features"), partition="2024-03-01")
+        )
+        assert latest_labelled_day(instance, TINY) is None
+        publish_labels(instance, ["2024-02-27", "2024-02-28"])
+        assert latest_labelled_day(instance, TINY) == dt.date(2024, 2, 28)
 
-        _publish_labels(instance, ["2013-02-27", "2013-02-28", "2013-02-26"])
-        request = retrain_request(instance, settings, "schedule")
+
+def test_the_retrain_trains_on_the_days_up_to_the_latest_labelled_one_once_per_window():
+    automation = dataclasses.replace(settings(), training_days=31)
+    retrain = schedule("nightly_retrain", automation)
+    assert retrain.job_name == definition_name(TINY, "retrain")
+    with dg.instance_for_test() as instance:
+        skipped = retrain_request(instance, TINY, automation, "schedule")
+        assert isinstance(skipped, dg.SkipReason)
+        assert "no day of tiny/trip_outcomes" in (skipped.skip_message or "")
+
+        publish_labels(instance, ["2024-02-27", "2024-02-28", "2024-02-26"])
+        request = retrain_request(instance, TINY, automation, "schedule")
         assert isinstance(request, dg.RunRequest)
-        assert request.run_key == "schedule:2013-02-28"  # the same window is never trained twice
-        window = request.run_config["ops"]["training_set"]["config"]
+        assert request.run_key == "schedule:2024-02-28"  # the same window is never trained twice
+        # The training set's op is named after its key.
+        window = request.run_config["ops"]["tiny__training_set"]["config"]
         assert window == {
-            "start": "2013-01-29",
-            "validation_start": "2013-02-19",
-            "test_start": "2013-02-24",
-            "end": "2013-03-01",
+            "start": "2024-01-29",
+            "validation_start": "2024-02-19",
+            "test_start": "2024-02-24",
+            "end": "2024-02-29",
         }
         assert request.tags["ml_lifecycle/trigger"] == "schedule"
 
-        direct = retrain_request(instance, settings, "drift", run_key="drift:x")
+        direct = retrain_request(instance, TINY, automation, "drift", run_key="drift:x")
         assert isinstance(direct, dg.RunRequest) and direct.run_key == "drift:x"

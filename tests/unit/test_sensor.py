@@ -1,20 +1,26 @@
 """The drift sensor's rules on recorded events (runless materializations in a test instance); the
 same sensor on real drift is in tests/integration/test_monitoring.py."""
 
+import dataclasses
+
 import dagster as dg
 import pytest
 
+from pipelines.jobs import build_jobs, definition_name, find_job
 from pipelines.schedules import AutomationSettings
-from pipelines.sensors import build_drift_sensor
+from pipelines.sensors import EVENT_TAG, build_drift_sensor
+from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
-SENSOR = build_drift_sensor(AutomationSettings(training_days=7))
+RETRAIN = find_job(build_jobs(TINY), TINY, "retrain")
+SETTINGS = dataclasses.replace(AutomationSettings.from_env(TINY, {}), training_days=7)
+SENSOR = build_drift_sensor(TINY, SETTINGS, RETRAIN)
 
 
-def record_drift(instance: dg.DagsterInstance, day: str, event: bool, through: str = "2013-02-07"):
+def record_drift(instance: dg.DagsterInstance, day: str, event: bool, through: str = "2024-02-07"):
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
-            asset_key="feature_drift",
+            asset_key=TINY.key("feature_drift"),
             partition=day,
             metadata={
                 "drift_event": event,
@@ -25,40 +31,63 @@ def record_drift(instance: dg.DagsterInstance, day: str, event: bool, through: s
     )
 
 
+def publish_labels(instance: dg.DagsterInstance, day: str) -> None:
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=TINY.key("trip_outcomes"), partition=day)
+    )
+
+
 def evaluate(instance: dg.DagsterInstance, cursor: str | None = None):
     context = dg.build_sensor_context(instance=instance, cursor=cursor)
     return SENSOR.evaluate_tick(context), context.cursor
 
 
+def test_the_sensor_is_the_use_cases_and_requests_its_retrain():
+    assert SENSOR.name == definition_name(TINY, "drift_retrain")
+    assert SENSOR.job_name == RETRAIN.name
+    assert "tiny/feature_drift" in (SENSOR.description or "")
+
+
 def test_drift_on_days_the_champion_learned_from_requests_nothing_a_later_day_does():
     with dg.instance_for_test() as instance:
-        instance.report_runless_asset_event(
-            dg.AssetMaterialization(asset_key="flight_outcomes", partition="2013-07-10")
-        )
-        assert "no new" in (evaluate(instance)[0].skip_message or "")
+        publish_labels(instance, "2024-03-10")
+        assert "no new tiny/feature_drift" in (evaluate(instance)[0].skip_message or "")
 
-        record_drift(instance, "2013-02-05", event=True)  # a re-run inside the training window
-        record_drift(instance, "2013-02-07", event=True)  # its last day
-        record_drift(instance, "2013-07-09", event=False)
+        record_drift(instance, "2024-02-05", event=True)  # a re-run inside the training window
+        record_drift(instance, "2024-02-07", event=True)  # its last day
+        record_drift(instance, "2024-03-09", event=False)
         old, cursor = evaluate(instance)
         assert not old.run_requests
         assert "2 drift event(s) on days up to the champion's training data" in (
             old.skip_message or ""
         )
 
-        record_drift(instance, "2013-07-10", event=True)
+        record_drift(instance, "2024-03-10", event=True)
         new, cursor = evaluate(instance, cursor)
         (request,) = new.run_requests or []
-        assert request.run_key == "drift:v3:2013-07-10"
-        assert request.run_config["ops"]["training_set"]["config"]["end"] == "2013-07-11"
+        assert request.run_key == "drift:v3:2024-03-10"
+        assert request.tags[EVENT_TAG] == "v3:2024-03-10"
+        assert request.run_config["ops"]["tiny__training_set"]["config"]["end"] == "2024-03-11"
         assert not evaluate(instance, cursor)[0].run_requests
 
 
 def test_a_champion_without_a_recorded_training_end_still_gets_its_events():
     with dg.instance_for_test() as instance:
-        instance.report_runless_asset_event(
-            dg.AssetMaterialization(asset_key="flight_outcomes", partition="2013-03-01")
-        )
-        record_drift(instance, "2013-03-01", event=True, through="")
+        publish_labels(instance, "2024-03-01")
+        record_drift(instance, "2024-03-01", event=True, through="")
         (request,) = evaluate(instance)[0].run_requests or []
-        assert request.run_key == "drift:v3:2013-03-01"
+        assert request.run_key == "drift:v3:2024-03-01"
+
+
+def test_another_jobs_run_for_the_same_event_does_not_answer_it():
+    with dg.instance_for_test() as instance:
+        publish_labels(instance, "2024-03-01")
+        # Another use case's retrain answered its own drift event of the same version and day.
+        instance.create_run_for_job(
+            dg.GraphDefinition("other_retrain").to_job(),
+            tags={EVENT_TAG: "v3:2024-03-01"},
+            status=dg.DagsterRunStatus.SUCCESS,
+        )
+        record_drift(instance, "2024-03-01", event=True)
+        (request,) = evaluate(instance)[0].run_requests or []
+        assert request.run_key == "drift:v3:2024-03-01"

@@ -5,16 +5,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from assets.contracts import FLIGHTS, WEATHER
-from resources.sources import (
-    BundledFlightsSource,
-    DropFolderSource,
-    SourceError,
-    _bundled_frame,
-    _bundled_path,
-    parse_timestamps,
-)
+from resources.sources import DropFolderSource, SourceError, parse_timestamps
 from tests.conftest import GOOD_DAY, bundled_day, write_csv_drop
+from usecases.flights.contracts import FLIGHTS, WEATHER
+from usecases.flights.source import BundledFlightsSource, bundled_frame, bundled_path
 
 pytestmark = pytest.mark.unit
 DAY = dt.date.fromisoformat(GOOD_DAY)
@@ -109,12 +103,12 @@ def test_the_bundled_files_read_with_the_declared_missing_values_are_the_bundled
     """The contracts' tokens are the data set's own spelling: reading the bundled files with
     them changes no raw frame, and so no data version."""
     declared = pd.read_csv(
-        _bundled_path(contract.table),
+        bundled_path(contract.table),
         low_memory=False,
         keep_default_na=False,
         na_values=contract.missing_values_by_column,
     )
-    pd.testing.assert_frame_equal(declared, _bundled_frame(contract.table))
+    pd.testing.assert_frame_equal(declared, bundled_frame(contract.table))
 
 
 SECRET = "https://example.com/export?token=s3cr3t\n1,2\n"
@@ -290,3 +284,23 @@ def test_a_header_only_drop_is_one_empty_chunk(tmp_path: Path):
     frames = list(_chunked(tmp_path, FLIGHTS, chunk_mib=1).frames())
     assert len(frames) == 1 and frames[0].empty
     assert list(frames[0].columns) == FLIGHTS.column_names
+
+
+def test_an_epoch_seconds_timestamp_column_becomes_utc_in_every_chunk(tmp_path: Path):
+    """Users' data often stamps events in seconds since the epoch: such a drop reads as the same
+    instants as its ISO-8601 twin, whole or in chunks."""
+    instants = pd.date_range("2013-01-02 05:00", periods=400, freq="min", tz="UTC")
+    epoch = pd.DataFrame({"id": range(400), "at": instants.asi8 // 10**9})
+    iso = epoch.assign(at=instants.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    for name, frame in (("epoch", epoch), ("iso", iso)):
+        (tmp_path / name / "events").mkdir(parents=True)
+        frame.to_csv(tmp_path / name / "events" / "2013-01-02.csv", index=False)
+    day = dt.date(2013, 1, 2)
+    read = {
+        name: DropFolderSource(root=str(tmp_path / name), chunk_mib=0.001).read_day(
+            "events", day, timestamp_columns=["at"]
+        )
+        for name in ("epoch", "iso")
+    }
+    pd.testing.assert_frame_equal(read["epoch"].frame, read["iso"].frame)
+    assert str(read["epoch"].frame["at"].dtype) == "datetime64[ns, UTC]"

@@ -1,10 +1,14 @@
-"""What the bundled use case's raw tables must look like; the validation suites are built from this.
-
-Data of your own gets contracts of its own here: the rule kinds are generic (see
-`resources.expectations.TableContract`), the columns, ranges and sets below are the flights'.
+"""What the flights use case's raw tables must look like; the validation suites are built from
+this. The rule kinds are generic (`resources.expectations.TableContract`); the columns, ranges and
+sets below are the flights'.
 """
 
+from typing import TYPE_CHECKING
+
 from resources.expectations import ColumnRule, TableContract
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NYC_ORIGINS = ("EWR", "JFK", "LGA")
 MISSING = ("", "NA")
@@ -103,4 +107,10 @@ WEATHER = TableContract(
 )
 """Hourly observations at the three origin airports (units: °F, mph, inches, millibars, miles)."""
 
-RAW_CONTRACTS = {contract.table: contract for contract in (FLIGHTS, WEATHER)}
+
+def flag_cancellations(flights: "pd.DataFrame") -> "pd.DataFrame":
+    """Cancelled flights (no departure) and diverted ones (departed, no arrival delay; the
+    contract's presence rules ensure no air time either) are real events, kept and flagged
+    rather than treated as bad data."""
+    cancelled = flights["dep_time"].isna()
+    return flights.assign(cancelled=cancelled, diverted=~cancelled & flights["arr_delay"].isna())

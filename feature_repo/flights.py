@@ -1,11 +1,11 @@
-"""Feast declarations of the flight-delay use case, in dependency order: entities, sources,
-feature views, the label view, the FeatureService. Declarations only: `feast apply` imports
-this file.
+"""Feast declarations of the flights use case (the Feast project `flights`), in dependency
+order: entities, sources, feature views, the label view, the FeatureService. Declarations only:
+the `flights/feature_registry` asset applies this file alone.
 
-Sources are the daily feature tables the `features` asset group writes to the lake
-(`<lake>/<table>/<day>.parquet`); their paths are relative to the offline store's `root` in
-feature_store.yaml. Tables come from `ml/features.py`, which explains what each row's
-`event_timestamp` means and why no value is known before it.
+Sources are the daily feature tables the use case's feature assets write to the lake
+(`<lake>/flights/<table>/<day>.parquet`); their paths are relative to the offline store's `root`
+in feature_store.yaml. Tables come from `usecases/flights/features.py`, which explains what each
+row's `event_timestamp` means and why no value is known before it.
 """
 
 from datetime import timedelta
@@ -49,7 +49,7 @@ aircraft = Entity(
 def _lake_table(table: str, description: str) -> FileSource:
     return FileSource(
         name=table,
-        path=table,
+        path=f"flights/{table}",
         timestamp_field="event_timestamp",
         description=description,
     )

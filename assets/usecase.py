@@ -1,0 +1,319 @@
+"""What a use case declares: everything specific to one data set and one prediction, and nothing
+the lifecycle does with it.
+
+The generic stages (assets/), jobs, schedules and sensors (pipelines/) are built from a `UseCase`
+and never name a table, column, model or feature service of their own. A use case lives in a
+folder of its own under `usecases/`; its Feast declarations are `feature_repo/<name>.py`.
+
+Declarations are plain data: they are checked when they are made, and an error names the use case
+and the field. Building Dagster objects from them is `assets.stages` and `pipelines/`' work.
+"""
+
+import datetime as dt
+import re
+import zoneinfo
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import dagster as dg
+
+from resources.expectations import TableContract
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ml.features import FeatureTable, TableStream
+    from resources.sources import RawSource
+
+TASKS = ("binary", "regression")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class DeclarationError(ValueError):
+    """A use case's declaration is wrong; the message names the use case and the field."""
+
+
+def _refuse(case: str, name: str, problem: str) -> DeclarationError:
+    return DeclarationError(f"use case {case!r}: {name}: {problem}")
+
+
+@dataclass(frozen=True)
+class DailyPartitions:
+    """How event tables are cut: one partition per calendar day in `timezone`, from `start` to
+    the day before `end`. A raw timestamp is UTC; its day is the local day it falls on."""
+
+    timezone: str
+    start: str
+    """First day, YYYY-MM-DD."""
+    end: str
+    """The day after the last one, YYYY-MM-DD."""
+
+    def check(self, case: str) -> None:
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise _refuse(
+                case, "partitions.timezone", f"{self.timezone!r} is no IANA time zone"
+            ) from None
+        days = []
+        for name in ("start", "end"):
+            try:
+                days.append(dt.date.fromisoformat(getattr(self, name)))
+            except ValueError:
+                raise _refuse(
+                    case, f"partitions.{name}", f"{getattr(self, name)!r} is not YYYY-MM-DD"
+                ) from None
+        if days[0] >= days[1]:
+            raise _refuse(case, "partitions.end", f"{self.end} is not after start {self.start}")
+
+    def definition(self) -> dg.DailyPartitionsDefinition:
+        return dg.DailyPartitionsDefinition(
+            start_date=self.start, end_date=self.end, timezone=self.timezone, fmt="%Y-%m-%d"
+        )
+
+
+def partition_day(partition_key: str) -> dt.date:
+    """The calendar day a daily partition key names; refuses anything else by name."""
+    try:
+        day = dt.date.fromisoformat(partition_key)
+    except (TypeError, ValueError):
+        raise ValueError(f"partition key {partition_key!r} is not a YYYY-MM-DD day") from None
+    if day.isoformat() != partition_key:
+        raise ValueError(f"partition key {partition_key!r} is not a YYYY-MM-DD day")
+    return day
+
+
+@dataclass(frozen=True)
+class EventTable:
+    """A raw table that arrives a day at a time: ingested as `raw_<table>`, audited against its
+    contract, published as `validated_<table>` with its broken rows in `quarantined_<table>`."""
+
+    contract: TableContract
+    description: str
+    """What one day of it is, as the catalog shows it."""
+    publish: "Callable[[pd.DataFrame], pd.DataFrame] | None" = None
+    """Applied to each published chunk (e.g. flags derived from the row), Dagster-free."""
+    counted_flags: tuple[str, ...] = ()
+    """Boolean columns (after `publish`) whose true values are counted in the metadata."""
+
+    @property
+    def name(self) -> str:
+        return self.contract.table
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """A reference table loaded whole (not partitioned): a lookup that features or contracts
+    read."""
+
+    name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Day:
+    """A feature table's input: the published rows of `table` on the partition's day, handed to
+    the builder as an iterable of chunks (a large day arrives a row group at a time)."""
+
+    table: str
+
+
+@dataclass(frozen=True)
+class Trailing:
+    """A feature table's input: the published rows of `table` on the `days` days before the
+    partition's day (fewer at the start of the data, none missing), as an iterable of chunks of
+    `columns`."""
+
+    table: str
+    days: int
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A feature table's input: a dimension table, whole, as a DataFrame."""
+
+    table: str
+
+
+FeatureInput = Day | Trailing | Lookup
+
+
+@dataclass(frozen=True)
+class FeatureTableSpec:
+    """A daily feature table in the lake, an offline source of the use case's Feast views.
+
+    `build(day, **inputs)` is Dagster-free: it gets the partition's day and each input by its
+    name here, and returns a `ml.features.FeatureTable` or a `ml.features.TableStream`."""
+
+    name: str
+    description: str
+    build: "Callable[..., FeatureTable | TableStream]"
+    inputs: Mapping[str, FeatureInput]
+
+
+@dataclass(frozen=True)
+class Label:
+    """What is predicted. The label view's source rows are the entity rows a training set and a
+    day's scoring start from; its `column` is the label (rows without one are left out)."""
+
+    view: str
+    """The Feast feature view of outcomes (never served online)."""
+    column: str
+    task: Literal["binary", "regression"]
+    table: str
+    """The feature table behind `view`: the days it holds are the days with known outcomes."""
+    event_timestamp: str = "event_timestamp"
+
+
+@dataclass(frozen=True)
+class TrainingWindow:
+    """The training set a retrain builds: the last `days` labelled days, split in time."""
+
+    days: int = 31
+    shares: tuple[float, float] = (0.70, 0.15)
+    """Train and validation shares of the days; the test part gets the rest (a day at least)."""
+    default: Mapping[str, str] = field(default_factory=dict)
+    """The window `training_set` takes when its config leaves it out: start, validation_start,
+    test_start, end (YYYY-MM-DD); empty: `days` ending at the partitions' last day."""
+
+    def config(self, start: dt.date, last: dt.date) -> dict[str, str]:
+        """The `training_set` config over the days [start, last], split by `shares` (a day each
+        at least): what `make run`, the nightly retrain and the drift sensor train on."""
+        end = last + dt.timedelta(days=1)
+        days = (end - start).days
+        if days < 3:
+            raise ValueError(f"a training window needs at least 3 days, got [{start}, {last}]")
+        validation = min(max(int(days * self.shares[0]), 1), days - 2)
+        test = min(max(int(days * sum(self.shares)), validation + 1), days - 1)
+        return {
+            "start": start.isoformat(),
+            "validation_start": (start + dt.timedelta(days=validation)).isoformat(),
+            "test_start": (start + dt.timedelta(days=test)).isoformat(),
+            "end": end.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A slice of the test rows the gate judges: one per value of a column, or per bin."""
+
+    name: str
+    column: str
+    """The training set's column, `<view>__<feature>`."""
+    edges: tuple[float, ...] = ()
+    labels: tuple[str, ...] = ()
+
+    def as_config(self) -> dict[str, Any]:
+        return {"name": self.name, "column": self.column, "edges": list(self.edges),
+                "labels": list(self.labels)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    window_days: int = 7
+    psi_warn: float = 0.1
+    psi_fail: float = 0.25
+    ks_warn: float = 0.1
+    ks_fail: float = 0.2
+    min_rows: int = 50
+
+
+@dataclass(frozen=True)
+class UseCase:
+    """One use case of the lifecycle, declared."""
+
+    name: str
+    """Names its assets' key prefix and groups, jobs, schedules and sensor: lower_snake_case."""
+    description: str
+    partitions: DailyPartitions
+    source: "Callable[[], RawSource]"
+    """The raw data when no drop folder is configured (e.g. a data set bundled in a package)."""
+    event_tables: tuple[EventTable, ...]
+    dimensions: tuple[Dimension, ...]
+    feature_tables: tuple[FeatureTableSpec, ...]
+    feature_service: str
+    """The Feast FeatureService a model is trained and served through (`feature_repo/`)."""
+    label: Label
+    registered_model: str
+    """The MLflow registered model whose champion alias serves this use case."""
+    window: TrainingWindow = field(default_factory=TrainingWindow)
+    slices: tuple[Slice, ...] = ()
+    gate: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of the task's gate policy defaults (`ml.gate`)."""
+    drift: DriftSettings = field(default_factory=DriftSettings)
+    training: Mapping[str, Any] = field(default_factory=dict)
+    """Defaults of the training config (`ml.config.TrainConfig`, nested as its sections are:
+    `{"optim": {"batch_size": 64}}`) that suit this use case's data; a run's config still
+    overrides them."""
+    baseline: str | None = None
+    """A column of the training set that is itself a naive forecast of the label (e.g. the same
+    entity's value a week before): evaluated beside the model on the same test rows, and, for a
+    regression, a model must beat it (`beats_baseline`)."""
+    daily_at: str = "02:30"
+    """When the nightly run processes the day before, HH:MM in the partitions' time zone."""
+    retrain_cron: str = "0 4 * * *"
+    """When the nightly retrain starts, in the partitions' time zone."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise _refuse(self.name, "name", "must be lower_snake_case")
+        self.partitions.check(self.name)
+        tables = [t.name for t in self.event_tables]
+        dimensions = [d.name for d in self.dimensions]
+        features = [f.name for f in self.feature_tables]
+        names = tables + dimensions + features
+        if len(set(names)) != len(names):
+            raise _refuse(self.name, "tables", f"names repeat: {sorted(names)}")
+        for table in self.event_tables:
+            for reference in table.contract.references:
+                if reference.split(".")[0] not in dimensions:
+                    raise _refuse(
+                        self.name,
+                        f"event_tables[{table.name}].contract",
+                        f"refers to {reference!r}, but no dimension is declared by that name",
+                    )
+        for spec in self.feature_tables:
+            for input_name, source in spec.inputs.items():
+                known = dimensions if isinstance(source, Lookup) else tables
+                if source.table not in known:
+                    kind = "dimension" if isinstance(source, Lookup) else "event table"
+                    raise _refuse(
+                        self.name,
+                        f"feature_tables[{spec.name}].inputs[{input_name}]",
+                        f"{source.table!r} is no declared {kind}",
+                    )
+        if self.label.task not in TASKS:
+            raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
+        if self.label.table not in features:
+            raise _refuse(self.name, "label.table", f"{self.label.table!r} is no feature table")
+        try:
+            dt.time.fromisoformat(self.daily_at)
+        except ValueError:
+            raise _refuse(self.name, "daily_at", f"{self.daily_at!r} is not HH:MM") from None
+        if self.window.days < 3:
+            raise _refuse(self.name, "window.days", f"{self.window.days}: at least 3")
+
+    def key(self, asset: str) -> dg.AssetKey:
+        """The key of one of this use case's assets: under the use case's name."""
+        return dg.AssetKey([self.name, asset])
+
+    def group(self, stage: str) -> str:
+        """The asset group of one of this use case's stages (`flights_training`)."""
+        return f"{self.name}_{stage}"
+
+    def stage_of(self, group: str) -> str:
+        """The stage of one of this use case's asset groups (`group`'s inverse)."""
+        return group.removeprefix(f"{self.name}_")
+
+    def name_for(self, base: str) -> str:
+        """The name of this use case's job, schedule, sensor or op `base` (`flights_retrain`)."""
+        return f"{self.name}_{base}"
+
+    @property
+    def timezone(self) -> str:
+        return self.partitions.timezone
+
+    def event_table(self, name: str) -> EventTable:
+        return next(t for t in self.event_tables if t.name == name)

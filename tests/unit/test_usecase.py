@@ -1,0 +1,107 @@
+"""A use case's declaration: refused by field when wrong, and read as declared by the generic
+feature-table assets (a day and a trailing window of one table are one Dagster input)."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from assets.features import table_arguments, table_inputs
+from assets.usecase import Day, DeclarationError, FeatureTableSpec, Lookup, Trailing
+from resources.lake import LakePartitions, LakeTable
+from usecases.flights import USE_CASE as FLIGHTS
+from usecases.ridership import USE_CASE as RIDERSHIP
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_bundled_declarations_are_valid_and_apart():
+    assert FLIGHTS.label.task == "binary" and RIDERSHIP.label.task == "regression"
+    assert FLIGHTS.key("raw_flights").path == ["flights", "raw_flights"]
+    assert FLIGHTS.group("training") == "flights_training"
+    assert FLIGHTS.name_for("retrain") == "flights_retrain"
+    assert FLIGHTS.partitions.timezone == "America/New_York"
+    assert RIDERSHIP.partitions.timezone == "America/Chicago"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"name": "Flights"}, "name"),
+        ({"daily_at": "2:30 am"}, "daily_at"),
+        ({"partitions": dataclasses.replace(FLIGHTS.partitions, timezone="Mars/Olympus")},
+         "partitions.timezone"),
+        ({"partitions": dataclasses.replace(FLIGHTS.partitions, end="2012-12-31")},
+         "partitions.end"),
+        ({"label": dataclasses.replace(FLIGHTS.label, task="ranking")}, "label.task"),
+        ({"label": dataclasses.replace(FLIGHTS.label, table="nowhere")}, "label.table"),
+        ({"dimensions": ()}, "event_tables[flights].contract"),
+    ],
+)  # fmt: skip
+def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):
+    with pytest.raises(DeclarationError, match=rf"use case '\w+': {re.escape(field)}"):
+        dataclasses.replace(FLIGHTS, **change)
+
+
+def test_a_feature_input_of_an_undeclared_table_is_refused_by_name():
+    spec = FeatureTableSpec("odd", "An odd table of the test.", lambda day, rows: None,
+                            {"rows": Day("trips")})  # fmt: skip
+    with pytest.raises(DeclarationError, match=r"feature_tables\[odd\]\.inputs\[rows\]"):
+        dataclasses.replace(FLIGHTS, feature_tables=(*FLIGHTS.feature_tables, spec))
+
+
+def day_files(folder: Path, days: int) -> list[LakeTable]:
+    tables = []
+    for n in range(days):
+        path = folder / f"day{n}.parquet"
+        pd.DataFrame({"day": [n], "value": [10 * n]}).to_parquet(path)
+        tables.append(LakeTable(path))  # type: ignore[arg-type]
+    return tables
+
+
+def test_the_day_and_a_trailing_window_of_one_table_are_one_input_split_as_declared(
+    tmp_path: Path,
+):
+    spec = FeatureTableSpec(
+        "mixed",
+        "A table reading a day, the days before it and a dimension table.",
+        lambda day, **inputs: None,
+        {"today": Day("flights"), "before": Trailing("flights", 3, ("day",)),
+         "planes": Lookup("planes")},
+    )  # fmt: skip
+    ins = table_inputs(FLIGHTS, spec)
+    assert set(ins) == {"flights_published", "planes"}
+    window = ins["flights_published"].partition_mapping
+    assert (window.start_offset, window.end_offset) == (-3, 0)  # type: ignore[union-attr]
+
+    tables = day_files(tmp_path, 4)  # three days before, then the day itself
+    arguments, read = table_arguments(
+        spec, {"flights_published": LakePartitions(tuple(tables)), "planes": "the planes"}
+    )
+    assert pd.concat(arguments["today"])["day"].tolist() == [3]
+    assert pd.concat(arguments["before"]).to_dict("list") == {"day": [0, 1, 2]}
+    assert arguments["planes"] == "the planes" and read == {"before_days_loaded": 3}
+
+
+def test_a_trailing_window_alone_ends_the_day_before(tmp_path: Path):
+    spec = FeatureTableSpec("history", "The days before the day, no more.", lambda day, **i: None,
+                            {"before": Trailing("flights", 2, ("day",))})  # fmt: skip
+    window = table_inputs(FLIGHTS, spec)["flights_published"].partition_mapping
+    assert (window.start_offset, window.end_offset) == (-2, -1)  # type: ignore[union-attr]
+    tables = day_files(tmp_path, 1)  # the first days of the data: a shorter window
+    arguments, read = table_arguments(spec, {"flights_published": LakePartitions(tuple(tables))})
+    assert pd.concat(arguments["before"])["day"].tolist() == [0]
+    assert read == {"before_days_loaded": 1}
+
+
+def test_readme_states_the_files_a_new_use_case_touches_as_the_scaffold_lays_them_out():
+    from pipelines.scaffold import FILES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (count,) = re.findall(r"It touches \*\*(\d+) files\*\*", readme)
+    assert int(count) == len(FILES)
+    table = readme.split("## Your own use case", 1)[1].split("\n\n")[2]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
+    assert listed == [f.format(name="<name>") for f in FILES]

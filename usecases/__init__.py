@@ -1,0 +1,14 @@
+"""The use cases this project serves: each folder declares one data set and one prediction
+(`assets.usecase.UseCase`), and the lifecycle builds every stage of each from its declaration.
+
+A new use case is a folder here (laid out by `python -m pipelines.scaffold NAME`), its Feast
+module `feature_repo/<name>.py`, and its line in `USE_CASES` below.
+"""
+
+from assets.usecase import UseCase
+from usecases.flights import USE_CASE as FLIGHTS
+from usecases.ridership import USE_CASE as RIDERSHIP
+
+USE_CASES: tuple[UseCase, ...] = (FLIGHTS, RIDERSHIP)
+"""Every declared use case, served side by side in one code location; the first is `make run`'s
+default."""

