@@ -292,7 +292,9 @@ def launch_from_materialize_dialog(
     # "Materialize…": a partitioned asset asks which partitions first.
     page.get_by_role("button", name=re.compile("Materialize")).click()
     dialog = page.get_by_role("dialog")
-    dialog.get_by_text(f"Launch runs to materialize {CASE.name}/raw_flights").wait_for()
+    # The UI writes an asset key's parts joined by " / " (displayNameForAssetKey).
+    shown = " / ".join(CASE.key("raw_flights").path)
+    dialog.get_by_text(f"Launch runs to materialize {shown}").wait_for()
     selection = dialog.get_by_placeholder("ex:", exact=False).first
     selection.fill(partitions)
     selection.press("Enter")
@@ -345,7 +347,7 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     page.get_by_text("Succeeded", exact=True).first.wait_for()
     screenshot(page, "5-backfill")
 
-    page.goto(f"{server.url}/assets/model_evaluation?view=events")
+    page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=events")
     page.get_by_text("test_roc_auc", exact=True).first.wait_for()
     for entry in ("roc", "calibration", "comparison"):
         page.get_by_text(entry, exact=True).first.wait_for()
@@ -359,7 +361,7 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     page.keyboard.press("Escape")
 
     # The gate's checks and their results, on the asset's Checks tab.
-    page.goto(f"{server.url}/assets/model_evaluation?view=checks")
+    page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=checks")
     for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"):
         page.get_by_text(rule, exact=True).first.wait_for()
     page.get_by_text("Passed", exact=False).first.wait_for()
@@ -368,5 +370,5 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     # The schedules and the drift sensor, where a person switches them on.
     page.goto(f"{server.url}/automation")
     for name in ("nightly_daily_partition", "nightly_retrain", "drift_retrain"):
-        page.get_by_text(name, exact=True).first.wait_for()
+        page.get_by_text(CASE.name_for(name), exact=True).first.wait_for()
     screenshot(page, "9-automation")
