@@ -3,6 +3,7 @@
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -119,7 +120,11 @@ def test_a_crash_loop_stops_after_the_bounded_restarts(training_set, tmp_path): 
     job = torchrun(training_set, tmp_path / "out", "--data.label", "split", restarts=2)
     _, err = job.communicate(timeout=240)
     assert job.returncode == 1, err[-3000:]
-    assert err.count("failed (exitcode: 1)") == 3  # the first attempt and 2 restarts
+    # One failed round for the first attempt and each of the 2 restarts. A round is logged by
+    # its first failed worker: usually exit code 1, or -15 when the other rank failed first and
+    # torchrun stopped this one (seen on a loaded machine).
+    rounds = re.findall(r"failed \(exitcode: (-?\d+)\)", err)
+    assert len(rounds) == 3 and set(rounds) <= {"1", "-15"}, rounds
     assert "could not convert string to float" in err
     assert time.monotonic() - began < 150
 
