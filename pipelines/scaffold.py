@@ -11,7 +11,7 @@ case is made of (`FILES`): its declaration, contract and feature functions
 `usecases/__init__.py`. What a person must still decide is marked TODO in them. With
 `--write-drops` it also cuts the sample into the daily drops the declaration reads.
 
-The generated files come from `pipelines/scaffold_templates/`; the lines that depend on the
+The generated files come from `usecases/scaffold_templates/`; the lines that depend on the
 sample are laid out here as `ruff format` lays them out.
 """
 
@@ -38,7 +38,8 @@ from ml.gate import GatePolicy, RegressionGatePolicy
 from resources.sources import UTC_OFFSET
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
+TEMPLATES = REPO_ROOT / "usecases" / "scaffold_templates"
+"""The shape of a use case's files, beside the use cases (not code of the lifecycle itself)."""
 FILES = (
     "usecases/{name}/__init__.py",
     "usecases/{name}/contracts.py",
