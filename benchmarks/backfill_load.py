@@ -20,6 +20,7 @@ production profile also gets a fresh PostgreSQL database, dropped afterwards.
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import math
 import os
 import shutil
@@ -51,6 +52,10 @@ ASSETS = ("raw_flights", "raw_weather")
 CHECKS = {"raw_flights": "flights_contract", "raw_weather": "weather_contract"}
 BACKFILL_TAG = "dagster/backfill"
 PARTITION_TAG = "dagster/partition"
+FAILURE_REASON_TAG = "dagster/failure_reason"
+RETRIED_REASONS = {"START_TIMEOUT", "UNEXPECTED_TERMINATION", "RUN_WORKER_RESTART"}
+"""Failures a run retry answers (dagster.yaml's `run_retries`): the run never started (the daemon
+was killed while it launched it) or its process died. A failed step is never retried."""
 LOCKED = "database is locked"
 LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {
@@ -106,6 +111,12 @@ class RunTimes:
     ended: float | None
     step_s: Mapping[str, float]
     """Seconds from STEP_START to STEP_SUCCESS/FAILURE, by step key."""
+    failure_reason: str | None = None
+    """Dagster's reason for a failed run (`START_TIMEOUT`, `RUN_WORKER_DIED`, `STEP_FAILURE`...)."""
+    failure: str = ""
+    """The RUN_FAILURE event's message."""
+    parent_run_id: str | None = None
+    """The run this one re-executes (a run retry), if any."""
 
     @property
     def queue_wait_s(self) -> float:
@@ -377,10 +388,13 @@ def _run_times(instance, run) -> RunTimes:
     first: dict[E, float] = {}
     step_start: dict[str, float] = {}
     step_s: dict[str, float] = {}
+    failure = ""
     for entry in instance.all_logs(run.run_id, of_type=kinds):
         event = entry.dagster_event
         assert event is not None  # of_type returns Dagster events only
         first.setdefault(event.event_type, entry.timestamp)
+        if event.event_type == E.RUN_FAILURE:
+            failure = failure or (event.message or entry.user_message or "")
         if event.event_type == E.STEP_START and event.step_key:
             step_start[event.step_key] = entry.timestamp
         elif event.step_key in step_start:
@@ -395,6 +409,9 @@ def _run_times(instance, run) -> RunTimes:
         started=first.get(E.RUN_START),
         ended=min(ended) if ended else None,
         step_s=step_s,
+        failure_reason=run.tags.get(FAILURE_REASON_TAG),
+        failure=failure,
+        parent_run_id=run.parent_run_id,
     )
 
 
@@ -604,10 +621,13 @@ def _measure(
     finished = backfill.backfill_end_timestamp or seen_finished
     uptime = _uptime()
 
-    runs = [
-        _run_times(instance, run)
-        for run in instance.get_runs(dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
-    ]
+    runs = sorted(
+        (
+            _run_times(instance, run)
+            for run in instance.get_runs(dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
+        ),
+        key=lambda run: run.enqueued,
+    )
     days = set(config.days)
     outside = [
         run
@@ -674,6 +694,26 @@ def _measure(
     )
 
 
+def partition_runs_problem(day: str, runs: Sequence[RunTimes]) -> str | None:
+    """What is wrong with one partition's runs, or None: one run that succeeded, or runs that
+    never started or died (`RETRIED_REASONS`), each retried by the next, ending in one success."""
+    statuses = [run.status for run in runs]
+    if statuses.count("SUCCESS") != 1 or statuses[-1] != "SUCCESS":
+        failures = "".join(
+            f"; {r.run_id} failed: {r.failure_reason}" for r in runs if r.failure_reason
+        )
+        return f"partition {day}: one successful run expected, got {statuses}{failures}"
+    for failed, retry in itertools.pairwise(runs):
+        if failed.failure_reason not in RETRIED_REASONS:
+            return (
+                f"partition {day}: run {failed.run_id} failed ({failed.failure_reason}:"
+                f" {failed.failure}), which no run retry answers"
+            )
+        if retry.parent_run_id != failed.run_id:
+            return f"partition {day}: run {retry.run_id} is not the retry of {failed.run_id}"
+    return None
+
+
 def problems(result: LoadResult) -> list[str]:
     """Every promise of the load the result breaks, one line each naming the partition, what
     was promised and the count found; empty when it held. The benchmark exits 1 on any, so a
@@ -682,9 +722,9 @@ def problems(result: LoadResult) -> list[str]:
     if result.backfill_status != "COMPLETED_SUCCESS":
         found.append(f"backfill {result.backfill_id} ended {result.backfill_status}")
     for day, runs in result.runs_by_partition.items():
-        statuses = [run.status for run in runs]
-        if statuses != ["SUCCESS"]:
-            found.append(f"partition {day}: one successful run expected, got {statuses}")
+        problem = partition_runs_problem(day, runs)
+        if problem:
+            found.append(problem)
     if result.num_runs_outside_backfill:
         found.append(f"{result.num_runs_outside_backfill} run(s) outside the backfill")
     for (asset, day), count in sorted(result.materializations.items()):
@@ -751,6 +791,11 @@ def summary(result: LoadResult) -> str:
             f" first run enqueued {p.head_s:.1f} s after launch, backfill closed"
             f" {p.tail_s:.1f} s after the last run",
             f"  daemon {kill}",
+            *[
+                f"  run {r.run_id} ({r.partition}) failed: {r.failure_reason}: {r.failure}"
+                for r in result.runs
+                if r.status == "FAILURE"
+            ],
             f"  '{LOCKED}': {len(result.locked_lines)} lines",
             *[f"    {line}" for line in result.locked_lines[:10]],
             f"  uptime at the end: {result.uptime}",

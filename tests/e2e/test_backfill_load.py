@@ -25,6 +25,7 @@ from benchmarks.backfill_load import (
     LOCKED,
     LoadConfig,
     LoadResult,
+    partition_runs_problem,
     postgres_unreachable,
     run_backfill_load,
     summary,
@@ -74,8 +75,11 @@ def test_no_run_is_lost_duplicated_or_failed_across_the_daemon_kill(loaded: Load
     assert loaded.daemon_killed_at_s is not None
     # The kill came with work left on both sides: runs done, and runs queued behind it.
     assert 0 < loaded.num_succeeded_at_kill < loaded.config.num_days
-    runs = {day: [run.status for run in runs] for day, runs in loaded.runs_by_partition.items()}
-    assert runs == {day: ["SUCCESS"] for day in loaded.config.days}
+    # Each partition succeeds once. A run the killed daemon had dequeued but not yet launched
+    # never starts: run monitoring fails it (START_TIMEOUT) and the run retry re-executes it.
+    found = [partition_runs_problem(day, runs) for day, runs in loaded.runs_by_partition.items()]
+    assert [problem for problem in found if problem] == [], summary(loaded)
+    assert sorted(loaded.runs_by_partition) == loaded.config.days
     assert loaded.num_runs_outside_backfill == 0
 
 

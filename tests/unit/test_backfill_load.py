@@ -15,6 +15,7 @@ from benchmarks.backfill_load import (
     RunTimes,
     StoredPartition,
     max_overlap,
+    partition_runs_problem,
     problems,
 )
 
@@ -84,6 +85,27 @@ def test_a_partition_run_twice_materialized_twice_or_failing_its_check_is_named(
         f"partition {day}: raw_weather materialized 2 times, not once",
         f"partition {day}: flights_contract evaluations [False, True], not one pass",
     ]
+
+
+def test_a_run_that_never_started_and_its_retry_are_one_success():
+    day = CONFIG.days[0]
+    lost = dataclasses.replace(run(day, "FAILURE"), failure_reason="START_TIMEOUT")
+    retry = dataclasses.replace(run(day, start=200.0), parent_run_id=lost.run_id)
+    assert partition_runs_problem(day, [lost, retry]) is None
+    # A retry of another run, a failed step, or no success at the end are each named.
+    stray = dataclasses.replace(retry, parent_run_id="run-elsewhere")
+    assert partition_runs_problem(day, [lost, stray]) == (
+        f"partition {day}: run {stray.run_id} is not the retry of {lost.run_id}"
+    )
+    step = dataclasses.replace(lost, failure_reason="STEP_FAILURE", failure="contract")
+    assert partition_runs_problem(day, [step, retry]) == (
+        f"partition {day}: run {step.run_id} failed (STEP_FAILURE: contract), which no run"
+        " retry answers"
+    )
+    assert partition_runs_problem(day, [lost]) == (
+        f"partition {day}: one successful run expected, got ['FAILURE'];"
+        f" {lost.run_id} failed: START_TIMEOUT"
+    )
 
 
 def test_the_overlap_of_runs_is_exact_at_shared_instants():
