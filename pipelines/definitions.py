@@ -22,6 +22,7 @@ tables and documents, predictions, a training run's weights, checkpoints and ONN
 this module imports no heavy library (see tests/unit/test_definitions.py).
 """
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -32,11 +33,11 @@ from assets.deployment import deployment_assets
 from assets.evaluation import evaluation_assets
 from assets.features import feature_assets
 from assets.inference import inference_assets
-from assets.ingestion import ingestion_assets, source_key
+from assets.ingestion import dimension_assets, source_key
 from assets.monitoring import monitoring_assets
 from assets.training import training_assets
 from assets.usecase import UseCase
-from assets.validation import validation_assets, validation_checks
+from assets.validation import event_table_assets
 from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
@@ -74,6 +75,24 @@ def source(case: UseCase) -> RawSource:
         if (value := os.environ.get(variable))
     }
     return DropFolderSource(root=drops, **settings)
+
+
+def batched(case: UseCase) -> UseCase:
+    """`case` with `ML_LIFECYCLE_DAYS_PER_RUN`, when set, as the days a backfill run takes
+    together (the declaration's `partitions.days_per_run` otherwise): fewer on a machine where
+    a run of a month takes too long to give back its slot, more where process starts dominate."""
+    text = os.environ.get("ML_LIFECYCLE_DAYS_PER_RUN")
+    if not text:
+        return case
+    try:
+        days = int(text)
+    except ValueError:
+        raise ValueError(f"ML_LIFECYCLE_DAYS_PER_RUN={text!r} is not a whole number") from None
+    changed = dataclasses.replace(
+        case, partitions=dataclasses.replace(case.partitions, days_per_run=days)
+    )
+    changed.partitions.check(case.name)
+    return changed
 
 
 def file_mode() -> int:
@@ -264,9 +283,10 @@ def use_case_definitions(
     """One use case's assets, checks, jobs, schedules and drift sensor, built from its
     declaration."""
     automation = automation or AutomationSettings.from_env(case)
+    case = batched(case)
     assets = [
-        *ingestion_assets(case),
-        *validation_assets(case),
+        *dimension_assets(case),
+        *event_table_assets(case),
         *feature_assets(case),
         *training_assets(case),
         *evaluation_assets(case),
@@ -277,7 +297,6 @@ def use_case_definitions(
     jobs = build_jobs(case)
     return dg.Definitions(
         assets=dg.map_asset_specs(functools.partial(owned, case), assets),
-        asset_checks=validation_checks(case),
         jobs=jobs,
         schedules=build_schedules(case, automation, jobs),
         sensors=[build_drift_sensor(case, automation, find_job(jobs, case, "retrain"))],

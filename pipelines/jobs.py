@@ -4,6 +4,7 @@ The tags below act on runs launched through the daemon (the UI, schedules, senso
 `make run` and the tests execute in-process, where they are only recorded.
 """
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     )
 
 HOUR = 3600
+
+# The daily job mixes the event tables' steps, which take a range of days (a backfill policy), with
+# feature steps of one day: a backfill of the job runs a day per run, which Dagster says at every
+# load. A backfill from the asset graph batches the event tables' days (assets/validation.py).
+warnings.filterwarnings(
+    "ignore", message=r"Asset job \S+ materializes assets with varying BackfillPolicies"
+)
 TRAINING = ("trained_model", "model_evaluation", "onnx_model", "registered_model")
 """The assets of a model from its training set to its registration, in order."""
 

@@ -199,6 +199,16 @@ class LakePartitions:
         return len(self.tables)
 
 
+@dataclass(frozen=True)
+class Stored:
+    """One asset partition as the lake wrote it: the file, its content hash as the data version,
+    and the metadata its materialization records."""
+
+    table: LakeTable
+    data_version: dg.DataVersion
+    metadata: Mapping[str, Any]
+
+
 def write_parquet_chunks(
     frames: Iterable["pd.DataFrame"], path: LakePath, permissions: int = FILE_MODE
 ) -> tuple[str, int, "pd.Series"]:
@@ -305,14 +315,27 @@ class ParquetLake(dg.ConfigurableIOManager):
         return resolved if isinstance(root, Path) else UPath(resolved.as_uri())
 
     def handle_output(self, context: dg.OutputContext, obj: "pd.DataFrame | Chunks") -> None:
-        path = self.path_for(context.asset_key, _one_partition(context, "one partition per write"))
+        partition_key = _one_partition(context, "one partition per write")
+        stored = self.write(context.asset_key, partition_key, obj)
+        context.add_output_metadata(dict(stored.metadata))
+        # Dagster takes a data version from the step's cache when the output carries none; setting
+        # it here makes the stored content, not the code version, decide what is stale downstream.
+        context.step_context.set_data_version(context.asset_key, stored.data_version)
+
+    def write(
+        self, asset_key: dg.AssetKey, partition_key: str | None, obj: "pd.DataFrame | Chunks"
+    ) -> "Stored":
+        """Store one asset partition whole (or leave the last one as it was), for a step that
+        records its materializations itself: a step that writes several partitions in one run."""
+        path = self.path_for(asset_key, partition_key)
+        metadata: dict[str, Any] = {}
         if isinstance(obj, Chunks):
             digest, rows, dtypes = write_parquet_chunks(obj.frames(), path, self.file_mode)
-            context.add_output_metadata(dict(obj.metadata()))
+            metadata.update(obj.metadata())
         else:
             digest = write_parquet_atomically(obj, path, self.file_mode)
             rows, dtypes = len(obj), obj.dtypes
-        context.add_output_metadata(
+        metadata.update(
             {
                 "dagster/row_count": rows,
                 "dagster/column_schema": dg.TableSchema(
@@ -322,9 +345,11 @@ class ParquetLake(dg.ConfigurableIOManager):
                 "path": dg.MetadataValue.path(str(path)),
             }
         )
-        # Dagster takes a data version from the step's cache when the output carries none; setting
-        # it here makes the stored content, not the code version, decide what is stale downstream.
-        context.step_context.set_data_version(context.asset_key, dg.DataVersion(digest))
+        return Stored(LakeTable(path), dg.DataVersion(digest), metadata)
+
+    def table(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakeTable:
+        """The stored file of one asset partition, unread; refuses one never materialized."""
+        return self._file(asset_key, partition_key)
 
     def load_input(self, context: dg.InputContext) -> "pd.DataFrame | LakeTable | LakePartitions":
         import pandas as pd

@@ -309,8 +309,8 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     day (`min_rows=100`, test_features)."""
     import dataclasses
 
-    from assets.ingestion import ingestion_assets
-    from assets.validation import validation_assets, validation_checks
+    from assets.ingestion import dimension_assets
+    from assets.validation import event_table_assets
     from tests.conftest import CASE
 
     sparse = dataclasses.replace(FLIGHTS, min_rows=0)
@@ -323,7 +323,7 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     lifecycle.load_dimensions()
 
     result = dg.materialize(
-        [*ingestion_assets(case), *validation_assets(case), *validation_checks(case)],
+        [*dimension_assets(case), *event_table_assets(case)],
         partition_key=GOOD_DAY,
         selection=select("raw_flights", "validated_flights", "quarantined_flights"),
         instance=lifecycle.instance,
@@ -336,3 +336,82 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     assert published.empty and {"cancelled", "diverted"} <= set(published.columns)
     assert str(published["dep_delay"].dtype) == "float64"
     assert str(published["time_hour"].dtype).startswith("datetime64")
+
+
+RANGE = ("2013-01-02", "2013-01-03", "2013-01-04", "2013-01-05")
+"""Four days a batched backfill run takes together."""
+
+
+def published_events(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, list]:
+    """The run's materializations of `asset` by partition."""
+    found: dict[str, list] = {}
+    for event in result.get_asset_materialization_events():
+        if event.asset_key.path[-1] == asset:
+            found.setdefault(event.partition, []).append(event.materialization)
+    return found
+
+
+def test_a_bad_day_inside_a_batched_range_is_refused_alone(lifecycle: Lifecycle, drops: Path):
+    for day in RANGE[1:]:
+        for table in ("flights", "weather"):
+            write_csv_drop(drops, table, day, bundled_day(table, day))
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize_range(RANGE[0], RANGE[-1]).success
+    bad_day = RANGE[2]
+    before = {day: lifecycle.path("validated_flights", day).read_bytes() for day in RANGE}
+    frame = bundled_day("flights", bad_day)
+    broken = frame.index[:: len(frame) // 40][:40]
+    frame.loc[broken, "distance"] = -3
+    write_csv_drop(drops, "flights", bad_day, frame)
+
+    result = lifecycle.materialize_range(RANGE[0], RANGE[-1])
+
+    assert not result.success
+    text = error_text(result)
+    assert "1 of 4 days refused" in text, text
+    assert f"flights partition {bad_day}: REFUSED, 40 of {len(frame)} rows" in text, text
+    assert "rule distance.in_range[1,6000]" in text, text
+    # Every day has its own materializations, data version and check evaluation.
+    validated = published_events(result, "validated_flights")
+    assert sorted(validated) == [d for d in RANGE if d != bad_day]
+    for day, (event,) in validated.items():
+        assert event.tags["dagster/data_version"] == event.metadata["content_hash"].value, day
+        assert lifecycle.path("validated_flights", day).read_bytes() == before[day]
+    assert sorted(published_events(result, "raw_flights")) == list(RANGE)
+    checks = {
+        e.partition: e.passed
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "flights_contract"
+    }
+    assert checks == {day: day != bad_day for day in RANGE}
+    # The refused day keeps its last published version; the weather of every day publishes.
+    assert lifecycle.path("validated_flights", bad_day).read_bytes() == before[bad_day]
+    assert sorted(published_events(result, "validated_weather")) == list(RANGE)
+    versions = {day: e.tags["dagster/data_version"] for day, (e,) in validated.items()}
+    assert len(set(versions.values())) == len(versions), versions
+
+
+def test_a_batched_step_retried_after_a_lost_connection_records_each_day_once(
+    lifecycle: Lifecycle, drops: Path, monkeypatch: pytest.MonkeyPatch
+):
+    for day in RANGE[1:]:
+        for table in ("flights", "weather"):
+            write_csv_drop(drops, table, day, bundled_day(table, day))
+    lifecycle.load_dimensions()
+    read = DropFolderSource.read_day_chunks
+    failed: list[str] = []
+
+    def lose_the_third_day_once(self, table, day, **kwargs):
+        if table == "flights" and day.isoformat() == RANGE[2] and not failed:
+            failed.append(day.isoformat())
+            raise ConnectionResetError("the share went away")
+        return read(self, table, day, **kwargs)
+
+    monkeypatch.setattr(DropFolderSource, "read_day_chunks", lose_the_third_day_once)
+    result = lifecycle.materialize_range(RANGE[0], RANGE[-1])
+
+    assert result.success, error_text(result)
+    assert failed == [RANGE[2]]  # the fault happened, and the step's retry went past it
+    for asset in ("raw_flights", "validated_flights", "quarantined_flights"):
+        events = published_events(result, asset)
+        assert {day: len(found) for day, found in events.items()} == dict.fromkeys(RANGE, 1)

@@ -9,6 +9,9 @@ import pytest
 from benchmarks.backfill_load import (
     ASSETS,
     CHECKS,
+    PARTITION_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
     LoadConfig,
     LoadResult,
     Phases,
@@ -17,6 +20,7 @@ from benchmarks.backfill_load import (
     max_overlap,
     partition_runs_problem,
     problems,
+    run_days,
 )
 
 pytestmark = pytest.mark.unit
@@ -25,7 +29,9 @@ CONFIG = LoadConfig(profile="prod", num_days=3)
 
 
 def run(day: str, status: str = "SUCCESS", start: float = 0.0) -> RunTimes:
-    return RunTimes(f"run-{day}-{start}", day, status, start, start + 1, start + 2, start + 5, {})
+    return RunTimes(
+        f"run-{day}-{start}", (day,), status, start, start + 1, start + 2, start + 5, {}
+    )
 
 
 def clean() -> LoadResult:
@@ -106,6 +112,17 @@ def test_a_run_that_never_started_and_its_retry_are_one_success():
         f"partition {day}: one successful run expected, got ['FAILURE'];"
         f" {lost.run_id} failed: START_TIMEOUT"
     )
+
+
+def test_a_batched_run_counts_for_every_day_of_its_range():
+    tags = {RANGE_START_TAG: "2013-01-30", RANGE_END_TAG: "2013-02-02"}
+    assert run_days(tags) == ("2013-01-30", "2013-01-31", "2013-02-01", "2013-02-02")
+    assert run_days({PARTITION_TAG: "2013-01-05"}) == ("2013-01-05",)
+    days = CONFIG.days
+    batch = dataclasses.replace(run(days[0]), partitions=tuple(days))
+    result = dataclasses.replace(clean(), runs=[batch])
+    assert problems(result) == []
+    assert result.runs_by_partition == {day: [batch] for day in days}
 
 
 def test_the_overlap_of_runs_is_exact_at_shared_instants():
