@@ -26,11 +26,17 @@ help:
 	@echo "make lock   re-resolve requirements.lock from pyproject.toml"
 	@echo "make clean  remove .local/ (all local state)"
 
+# Bytecode is compiled here: with PYTHONDONTWRITEBYTECODE set (here and in CI) nothing else writes
+# it, and every process would compile its imports again (half of `python -m ml.train`). uv compiles
+# what it installs; the project's own packages (an editable install: outside site-packages) are
+# compiled by compileall. A .pyc whose source has changed since is not used.
+PACKAGES := ml assets pipelines resources usecases benchmarks feature_repo
 $(ENV_STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
-	$(BIN)/uv pip sync --quiet --python $(BIN)/python requirements.lock
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps -e .
+	$(BIN)/python -m compileall -q $(PACKAGES)
 	@touch $@
 
 venv: $(ENV_STAMP)

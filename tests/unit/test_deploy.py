@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,21 @@ def test_the_image_installs_the_lock_and_pins_its_bases():
     assert re.fullmatch(r"[0-9a-f]{64}", args["TORCH_CUDA_SHA256"])
     env = " ".join(a for k, a in steps if k == "ENV")
     assert "IMAGE_TAG=${IMAGE_TAG}" in env and "ML_LIFECYCLE_ENV=prod" in env
+
+
+def test_the_image_holds_every_package_compiled_to_bytecode():
+    """A pod cannot write __pycache__ (the app folder is read-only to it): bytecode is compiled
+    when the image is built, site-packages by uv and the project's own packages by compileall."""
+    steps = dockerfile()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {
+        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    copied = {a.split()[0] for k, a in steps if k == "COPY" and not a.startswith("--")}
+    assert packages <= copied
+    assert "UV_COMPILE_BYTECODE=1" in " ".join(a for k, a in steps if k == "ENV")
+    (compiled,) = [a for k, a in steps if k == "RUN" and "compileall" in a]
+    assert packages | {"feature_repo"} <= set(compiled.split())
 
 
 def test_the_build_context_leaves_out_local_state():
