@@ -23,6 +23,7 @@ Dagster maps with "all partitions") is narrowed to the days of the child's `wind
 """
 
 import argparse
+import bisect
 import dataclasses
 import datetime as dt
 import hashlib
@@ -31,7 +32,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -492,69 +493,188 @@ def _registration(
     )
 
 
+PAGE = 1000
+"""Event log records fetched per query (and partitions named per query)."""
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one materialization read from one parent asset, as the asset graph and the
+    materialization's tags tell."""
+
+    parent: "dg.AssetKey"
+    partitions: list[str] | None
+    """The parent's partitions mapped to the materialization's; None for an unpartitioned parent."""
+    recorded: str | None
+    """The data version Dagster recorded for this input."""
+    pointer: int | None
+    """The storage id of the parent materialization Dagster recorded for this input."""
+
+
+class _EventLog:
+    """The parent materializations a walk looks up, fetched one query per asset for many
+    partitions or storage ids (a query per partition made a lineage take over a minute) and kept
+    for the rest of the walk."""
+
+    def __init__(self, instance: "dg.DagsterInstance") -> None:
+        self._instance = instance
+        self._partitions: dict[tuple[dg.AssetKey, str], tuple[int, list]] = {}
+        """(asset, partition) → (a storage id, every materialization before it in storage order)."""
+        self._ids: dict[tuple[dg.AssetKey, int], Any] = {}
+        """(asset, storage id) → its materialization; None where there is none."""
+
+    def prefetch(self, reads: Iterable[tuple[int, _Read]]) -> None:
+        """Fetches what the lookups of `reads` (by a materialization's storage id, what it read)
+        will need: per parent, the partitions read before the latest reader, and the pointers
+        of the unpartitioned parents."""
+        partitions: dict[dg.AssetKey, tuple[set[str], int]] = {}
+        pointers: dict[dg.AssetKey, set[int]] = {}
+        for storage_id, read in reads:
+            if read.partitions is not None:
+                days, before = partitions.get(read.parent, (set(), 0))
+                partitions[read.parent] = (days | set(read.partitions), max(before, storage_id))
+            elif read.pointer is not None:
+                pointers.setdefault(read.parent, set()).add(read.pointer)
+        for key, (days, before) in partitions.items():
+            self._fetch_partitions(key, days, before)
+        for key, storage_ids in pointers.items():
+            self._fetch_ids(key, storage_ids)
+
+    def latest_before(self, key: "dg.AssetKey", partition: str | None, storage_id: int) -> list:
+        """The latest materialization of `key`'s `partition` (of `key` when None) before
+        `storage_id`, as a list of none or one."""
+        if partition is None:
+            return _latest_before(self._instance, key, None, storage_id)
+        self._fetch_partitions(key, {partition}, storage_id)
+        _, records = self._partitions[key, partition]
+        before = bisect.bisect_left([r.storage_id for r in records], storage_id)
+        return records[before - 1 : before]
+
+    def pointed(self, key: "dg.AssetKey", storage_id: int) -> list:
+        """The materialization of `key` with `storage_id`, as a list of none or one."""
+        self._fetch_ids(key, {storage_id})
+        record = self._ids[key, storage_id]
+        return [] if record is None else [record]
+
+    def _fetch_partitions(self, key: "dg.AssetKey", partitions: set[str], before: int) -> None:
+        missing = sorted(p for p in partitions if self._partitions.get((key, p), (0,))[0] < before)
+        import dagster as dg
+
+        for start in range(0, len(missing), PAGE):
+            chunk = missing[start : start + PAGE]
+            found: dict[str, list] = {p: [] for p in chunk}
+            records_filter = dg.AssetRecordsFilter(
+                asset_key=key, asset_partitions=chunk, before_storage_id=before
+            )
+            for record in self._records(records_filter):
+                found[record.asset_materialization.partition].append(record)
+            self._partitions.update({(key, p): (before, found[p]) for p in chunk})
+
+    def _fetch_ids(self, key: "dg.AssetKey", storage_ids: set[int]) -> None:
+        missing = sorted(i for i in storage_ids if (key, i) not in self._ids)
+        import dagster as dg
+
+        for start in range(0, len(missing), PAGE):
+            chunk = missing[start : start + PAGE]
+            self._ids.update(dict.fromkeys(((key, i) for i in chunk), None))
+            records_filter = dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk)
+            self._ids.update({(key, r.storage_id): r for r in self._records(records_filter)})
+
+    def _records(self, records_filter: "dg.AssetRecordsFilter") -> Iterator:
+        """Every record `records_filter` matches, in storage order, a page at a time."""
+        cursor = None
+        while True:
+            page = self._instance.fetch_materializations(
+                records_filter, limit=PAGE, cursor=cursor, ascending=True
+            )
+            yield from page.records
+            if not page.has_more:
+                return
+            cursor = page.cursor
+
+
 def _walk(
     instance: "dg.DagsterInstance", asset_graph, starts, stop: Iterable["dg.AssetKey"] = ()
 ) -> list[Materialization]:
-    """Every materialization the `starts` were made from, breadth first, each once."""
+    """Every materialization the `starts` were made from, breadth first, each once: a level of
+    the graph at a time, the parents of a whole level fetched together."""
     stop = set(stop)
+    log = _EventLog(instance)
     found: dict[int, Materialization] = {}
-    queue = list(starts)
-    while queue:
-        record = queue.pop(0)
-        if record.storage_id in found:
-            continue
-        materialization = record.asset_materialization
-        key = materialization.asset_key
-        inputs = []
-        if asset_graph.has(key):
-            for parent in sorted(asset_graph.get(key).parent_keys, key=lambda k: k.path):
-                if parent in stop:
-                    continue
-                parents, read = _parents(instance, asset_graph, record, parent)
-                inputs.append(read)
-                queue.extend(parents)
-        found[record.storage_id] = _materialization(record, inputs)
+    level = list(starts)
+    while level:
+        records: dict[int, Any] = {}
+        for record in level:
+            if record.storage_id not in found:
+                records.setdefault(record.storage_id, record)
+        reads = {i: _reads(asset_graph, record, stop) for i, record in records.items()}
+        log.prefetch((i, read) for i, these in reads.items() for read in these)
+        level = []
+        for i, record in records.items():
+            inputs = []
+            for read in reads[i]:
+                parents, described = _parents(log, record, read)
+                inputs.append(described)
+                level.extend(parents)
+            found[i] = _materialization(record, inputs)
     return list(found.values())
 
 
-def _parents(instance, asset_graph, record, parent):
-    """The parent's materializations `record` was made from, and the Input describing them."""
-    import dagster as dg
-
+def _reads(asset_graph, record, stop: set["dg.AssetKey"]) -> list[_Read]:
+    """What `record` read from each of its parents in the asset graph (but those in `stop`)."""
     materialization = record.asset_materialization
+    key = materialization.asset_key
+    if not asset_graph.has(key):
+        return []
     tags = materialization.tags or {}
-    name = parent.to_user_string()
-    recorded = tags.get(INPUT_VERSION_TAG + name)
-    pointer = tags.get(INPUT_POINTER_TAG + name)
-    if asset_graph.get(parent).partitions_def is None:
-        if pointer is not None:
-            parents = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=parent, storage_ids=[int(pointer)]), limit=1
-            ).records
+    reads = []
+    for parent in sorted(asset_graph.get(key).parent_keys, key=lambda k: k.path):
+        if parent in stop:
+            continue
+        name = parent.to_user_string()
+        pointer = tags.get(INPUT_POINTER_TAG + name)
+        partitioned = asset_graph.get(parent).partitions_def is not None
+        reads.append(
+            _Read(
+                parent,
+                _parent_partitions(asset_graph, record, parent) if partitioned else None,
+                tags.get(INPUT_VERSION_TAG + name),
+                None if pointer is None else int(pointer),
+            )
+        )
+    return reads
+
+
+def _parents(log: _EventLog, record, read: _Read):
+    """The parent's materializations `record` was made from, and the Input describing them."""
+    name = read.parent.to_user_string()
+    recorded = read.recorded
+    if read.partitions is None:
+        if read.pointer is not None:
+            parents = log.pointed(read.parent, read.pointer)
         else:
-            parents = _latest_before(instance, parent, None, record.storage_id)
+            parents = log.latest_before(read.parent, None, record.storage_id)
         versions = [_data_version(p) for p in parents]
         verified = None if recorded is None else versions == [recorded]
         return parents, Input(name, None, [p.storage_id for p in parents], recorded, verified)
-    partitions = _parent_partitions(asset_graph, record, parent)
     parents = [
-        p for day in partitions for p in _latest_before(instance, parent, day, record.storage_id)
+        p for day in read.partitions for p in log.latest_before(read.parent, day, record.storage_id)
     ]
     versions = [_data_version(p) or "" for p in parents]
     verified = None
     if recorded is not None:
         if partitions_version(versions) == recorded:
             verified = True
-        elif pointer is None or recorded != _pointed_version(instance, parent, int(pointer)):
+        elif read.pointer is None or recorded != _pointed_version(log, read.parent, read.pointer):
             verified = False  # else Dagster kept only the newest partition's version: no check
-    read = Input(
+    described = Input(
         name,
         [p.asset_materialization.partition for p in parents],
         [p.storage_id for p in parents],
         recorded,
         verified,
     )
-    return parents, read
+    return parents, described
 
 
 def _parent_partitions(asset_graph, record, parent) -> list[str]:
@@ -589,12 +709,8 @@ def _latest_before(instance, key, partition: str | None, storage_id: int) -> lis
     )
 
 
-def _pointed_version(instance, key, storage_id: int) -> str | None:
-    import dagster as dg
-
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, storage_ids=[storage_id]), limit=1
-    ).records
+def _pointed_version(log: _EventLog, key: "dg.AssetKey", storage_id: int) -> str | None:
+    records = log.pointed(key, storage_id)
     return _data_version(records[0]) if records else None
 
 
