@@ -24,6 +24,7 @@ class Outage:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._closed = False
+        self._watch_error: BaseException | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def address(self) -> str:
@@ -41,12 +42,17 @@ class Outage:
 
     def up_when(self, effect: Callable[[], bool], poll_s: float = 0.2) -> threading.Thread:
         """Come back once `effect()` holds (polled in a thread): the outage ends when what it
-        was meant to cause has been seen, however long that takes on a busy machine."""
+        was meant to cause has been seen, however long that takes on a busy machine. Should
+        `effect()` raise, the service comes back and `close()` raises that error."""
 
         def wait() -> None:
-            while not self._closed and not effect():
-                time.sleep(poll_s)
-            self.up()
+            try:
+                while not self._closed and not effect():
+                    time.sleep(poll_s)
+            except BaseException as error:
+                self._watch_error = error
+            finally:
+                self.up()
 
         thread = threading.Thread(target=wait, daemon=True)
         thread.start()
@@ -56,6 +62,8 @@ class Outage:
         self._closed = True
         self.down()
         self._listener.close()
+        if self._watch_error is not None:
+            raise RuntimeError("watching for the outage's effect failed") from self._watch_error
 
     def _accept(self) -> None:
         while not self._closed:
