@@ -1,8 +1,9 @@
 """Through the daemon: `dagster dev` is SIGKILLed, its whole process group, while a launched run's
 step holds the `training` pool's only slot, as when the machine or the terminal goes. No process
 is left to record the run's end, so it stays STARTED. When `dagster dev` is started again, run
-monitoring asks the project's run launcher about the run's worker, marks the run failed, frees
-its slot, and the next launched run takes the slot and succeeds.
+monitoring asks the project's run launcher about the run's worker, marks the run failed and
+frees its slot; the run retry (one, for a run whose worker died) takes the slot and succeeds, and
+so does the next launched run.
 
 `dagster dev` serves a one-asset code location of its own on an instance with the project's
 dagster.yaml (run launcher, run monitoring every 10 s, slots freed 5 s after a run ends), so the
@@ -27,6 +28,7 @@ from tests.e2e.test_ui import Server, free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
+PARENT_RUN_TAG = "dagster/parent_run_id"
 
 LOCATION = textwrap.dedent(
     """
@@ -145,9 +147,20 @@ def test_after_a_crash_run_monitoring_fails_the_dead_run_and_frees_its_pool_slot
             assert status(dead) == dg.DagsterRunStatus.FAILURE
             failure = instance.all_logs(dead, of_type=dg.DagsterEventType.RUN_FAILURE)
             assert f"worker process {worker}" in (failure[-1].message or ""), failure
-            dev.wait_for("its pool slot freed", lambda: not claimed(), 120)
-            following = launch(dev)
+            # dagster.yaml retries a run whose worker died, once. The retry needs the pool's only
+            # slot: it runs only once the dead run's slot has been freed.
             done = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
+
+            def retries() -> list[dg.DagsterRun]:
+                return instance.get_runs(dg.RunsFilter(tags={PARENT_RUN_TAG: dead}))
+
+            dev.wait_for(
+                "the dead run's retry finished",
+                lambda: any(run.status in done for run in retries()),
+                300,
+            )
+            assert [run.status for run in retries()] == [dg.DagsterRunStatus.SUCCESS]
+            following = launch(dev)
             dev.wait_for("the next run finished", lambda: status(following) in done, 300)
             assert status(following) == dg.DagsterRunStatus.SUCCESS
 
