@@ -43,7 +43,8 @@ WEIGHTS_SHA256 = {
     "AVX2": "2c2a6f14d5d973ae0e196798e15f8db49086482f1c78a30ac7a67a9ec7c659ce",
 }
 """The weights by the CPU kernels torch dispatches to (`torch.backends.cpu.get_cpu_capability`):
-the same float operations vectorized at another width round differently. AVX512 was recorded at
+the same float operations vectorized at another width round differently. The AVX512 label is
+this session's reading of the earlier machine (not recorded then). AVX512 was recorded at
 a2c2dc8; AVX2 on an AVX2-only machine (AMD EPYC) on 2026-12-02, with the training code (ml/,
 the training assets) unchanged since a2c2dc8 and the same training-set fingerprint."""
 
@@ -97,7 +98,7 @@ def test_the_training_set_and_weights_are_those_recorded_before_the_change(world
     assert fingerprint == TRAINING_SET_FINGERPRINT
     import torch
 
+    # One of the recorded hashes: which kernels a machine gets is not only its capability's name
+    # (two AVX2 CPUs may differ), and a change to the training gives a hash recorded nowhere.
     capability = torch.backends.cpu.get_cpu_capability()
-    if capability not in WEIGHTS_SHA256:
-        pytest.skip(f"no weights recorded for torch's {capability} kernels")
-    assert trained["weights_sha256"].value == WEIGHTS_SHA256[capability], capability
+    assert trained["weights_sha256"].value in WEIGHTS_SHA256.values(), capability
