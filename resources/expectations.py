@@ -64,6 +64,10 @@ _TYPE_LISTS: dict[str, list[str]] = {
     "text": ["str", "StringDtype"],
 }
 SAMPLE_SIZE = 5
+SCREEN_IN_PARTS_ROWS = 20_000
+"""From this many rows a partition's pass/fail pass runs in parts on narrow frames (`_screen`):
+at 336,776 rows it takes half the time of one pass over the whole frame; on a day of a thousand
+rows the three validations' fixed cost outweighs what they save."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +287,9 @@ class GreatExpectations(dg.ConfigurableResource):
 
         Two passes: every rule first with GX's cheapest result format (pass/fail only), then
         only the rules that failed again with full detail (counts, samples, row positions).
-        Clean partitions, the usual case, pay for the first pass alone.
+        Clean partitions, the usual case, pay for the first pass alone. Without Data Docs, on
+        `SCREEN_IN_PARTS_ROWS` rows or more, the first pass runs on the narrowest frames that
+        give each rule its verdict (`_screen`).
         """
         import great_expectations as gx
 
@@ -299,7 +305,7 @@ class GreatExpectations(dg.ConfigurableResource):
         definition = _validation_definition(self.data_docs_dir, contract)
         # Building a batch fingerprints the whole frame: build it only where it is used.
         get_batch = functools.partial(definition.data.get_batch, {"dataframe": frame})
-        batch, url = None, None
+        url = None
         if self.build_data_docs and data_docs:
             # Only a ValidationDefinition run lands in the results store Data Docs render from.
             screening = definition.run(
@@ -309,15 +315,27 @@ class GreatExpectations(dg.ConfigurableResource):
                 run_id=gx.RunIdentifier(run_name=f"{contract.table}-{partition}"),
             )
             url = self._publish(context)
-        else:
-            batch = get_batch()
-            screening = batch.validate(
-                definition.suite, result_format="BOOLEAN_ONLY", expectation_parameters=parameters
+            screened = screening.results
+        elif len(frame) < SCREEN_IN_PARTS_ROWS:
+            screened = (
+                get_batch()
+                .validate(
+                    definition.suite,
+                    result_format="BOOLEAN_ONLY",
+                    expectation_parameters=parameters,
+                )
+                .results
             )
-        outcomes = {_rule_name(o): o for o in screening.results}
+        else:
+            screened = _screen(definition, _screening(contract), frame, parameters)
+        # The suite's order, whichever pass and part a result came from (GX orders its own).
+        outcomes: dict[str, Any] = dict.fromkeys(
+            e.meta[_RULE] for e in definition.suite.expectations
+        )
+        outcomes.update({_rule_name(o): o for o in screened})
         failed = [e for e in definition.suite.expectations if not outcomes[e.meta[_RULE]].success]
         if failed:
-            detail = (batch or get_batch()).validate(
+            detail = get_batch().validate(
                 gx.ExpectationSuite(
                     name=f"{contract.table}_failures", expectations=[copy.copy(e) for e in failed]
                 ),
@@ -403,6 +421,7 @@ class GreatExpectations(dg.ConfigurableResource):
 
 _DOCS_SITE = "local"
 _RULE = "ml_lifecycle_rule"
+_CONDITION = "condition_column"
 _WINDOW_START, _WINDOW_END = "partition_start", "partition_end"
 
 
@@ -477,15 +496,15 @@ def _expectations(contract: TableContract) -> list[Any]:
                 )
             )
         for other in rule.required_when_present:
-            out.append(
-                tag(
-                    gxe.ExpectColumnValuesToNotBeNull(
-                        column=c, row_condition=Column(other).is_not_null()
-                    ),
-                    f"{c}.required_when_{other}_present",
-                    "row",
-                )
+            required = tag(
+                gxe.ExpectColumnValuesToNotBeNull(
+                    column=c, row_condition=Column(other).is_not_null()
+                ),
+                f"{c}.required_when_{other}_present",
+                "row",
             )
+            required.meta[_CONDITION] = other
+            out.append(required)
         if rule.pattern:
             out.append(
                 tag(
@@ -717,6 +736,117 @@ def _validation_definition(data_docs_dir: str, contract: TableContract) -> Any:
     suite = context.suites.add(gx.ExpectationSuite(name=contract.table, expectations=expectations))
     return context.validation_definitions.add(
         gx.ValidationDefinition(name=contract.table, data=batch, suite=suite)
+    )
+
+
+@dataclass(frozen=True)
+class _Screening:
+    """A contract's suite cut into the three parts the pass/fail pass runs, each on the frame
+    that decides its rules at the least cost.
+
+    GX filters the whole batch for every column rule (the rows where the column has a value,
+    or where a row condition holds), so a rule run on a 19-column frame copies 19 columns.
+    - `per_value`: rules that judge each value alone (type, not-null, range, set, pattern, the
+      event time's window) and the column set. A value breaks such a rule wherever it is, so
+      they pass on a table exactly when they pass on its distinct values (`_distinct_values`).
+    - `keyed`: the row count and the key's uniqueness, on the key's columns, every row.
+    - `conditioned`: rules with a row condition, on the columns they name, every row.
+    """
+
+    per_value: Any
+    keyed: Any
+    conditioned: Any
+    key_columns: tuple[str, ...]
+    condition_columns: tuple[str, ...]
+    pattern_columns: frozenset[str]
+
+
+@functools.cache
+def _screening(contract: TableContract) -> _Screening:
+    import great_expectations as gx
+
+    groups: dict[str, list[Any]] = {"per_value": [], "keyed": [], "conditioned": []}
+    condition_columns: dict[str, None] = {}
+    for expectation in _expectations(contract):
+        rule = expectation.meta[_RULE]
+        if rule in (_ROW_COUNT, _UNIQUE_KEY):
+            groups["keyed"].append(expectation)
+        elif _CONDITION in expectation.meta:
+            groups["conditioned"].append(expectation)
+            condition_columns.update(
+                dict.fromkeys((expectation.column, expectation.meta[_CONDITION]))
+            )
+        else:
+            groups["per_value"].append(expectation)
+    return _Screening(
+        **{
+            name: gx.ExpectationSuite(name=f"{contract.table}_{name}", expectations=expectations)
+            for name, expectations in groups.items()
+        },
+        key_columns=contract.natural_key,
+        condition_columns=tuple(condition_columns),
+        pattern_columns=frozenset(rule.column for rule in contract.columns if rule.pattern),
+    )
+
+
+def _screen(
+    definition: Any, screening: _Screening, frame: "pd.DataFrame", parameters: dict[str, Any]
+) -> list[Any]:
+    """Every rule's pass/fail (GX's BOOLEAN_ONLY results), each part of the suite run on its
+    own frame."""
+    if frame.columns.has_duplicates:  # a frame[column] that is a frame: judge it whole
+        parts = [(suite, frame) for suite in (screening.per_value, screening.keyed)]
+        parts.append((screening.conditioned, frame))
+    else:
+        present = set(frame.columns)
+
+        def narrow(columns: Sequence[str]) -> "pd.DataFrame":
+            # A missing column stays missing: its rules fail as they would on the whole frame.
+            return frame[[c for c in columns if c in present]]
+
+        parts = [
+            (screening.per_value, _distinct_values(frame, screening.pattern_columns)),
+            (screening.keyed, narrow(screening.key_columns)),
+            (screening.conditioned, narrow(screening.condition_columns)),
+        ]
+    results = []
+    for suite, data in parts:
+        if suite.expectations:
+            batch = definition.data.get_batch({"dataframe": data})
+            validated = batch.validate(
+                suite, result_format="BOOLEAN_ONLY", expectation_parameters=parameters
+            )
+            results += validated.results
+    return results
+
+
+def _distinct_values(frame: "pd.DataFrame", pattern_columns: frozenset[str]) -> "pd.DataFrame":
+    """A frame with `frame`'s columns and dtypes in which each column holds exactly the distinct
+    values of that column, repeated in turn up to the longest column's count: every rule that
+    judges a value alone passes on it exactly when it passes on `frame`.
+
+    Distinct by equality, except where equal values can be judged apart: in a column of mixed
+    Python objects (1, 1.0 and True are equal but not of one type), and in a pattern's column
+    unless it holds text alone (GX matches `str(value)`: 0.0 and -0.0 are equal, their text is
+    not). There each distinct (type, text) pair is kept."""
+    import numpy as np
+    import pandas as pd
+
+    if frame.empty:
+        return frame
+    distinct = {}
+    for name in frame.columns:
+        values = frame[name]
+        judged_as_text = values.dtype == object or name in pattern_columns
+        if not judged_as_text or pd.api.types.infer_dtype(values) in ("string", "empty"):
+            distinct[name] = pd.unique(values)
+        else:
+            kinds = values.map(type, na_action="ignore").astype(str)
+            first = ~pd.DataFrame({"kind": kinds, "text": values.astype(str)}).duplicated()
+            distinct[name] = values.array[first.to_numpy()]
+    longest = max(len(values) for values in distinct.values())
+    return pd.DataFrame(
+        {name: values.take(np.arange(longest) % len(values)) for name, values in distinct.items()}
     )
 
 

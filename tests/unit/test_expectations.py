@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from resources import expectations
 from resources.expectations import (
     ColumnRule,
     GreatExpectations,
@@ -310,3 +311,80 @@ def test_a_mistyped_column_in_chunks_is_counted_on_the_whole_day(
     rule = next(r for r in chunked.rules if r.rule == "dep_delay.is_number")
     assert rule.observed == "3 of 943 rows hold text that is not a number"
     assert rule.sample == ("'late'", "'NULL'", "'?'")
+
+
+def _equal_values_of_two_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    # 10 and 10.0 are equal, so one of them alone would stand for both among distinct values;
+    # GX matches the pattern on their text, and only "10.0" breaks it.
+    frame = frame.astype({"tailnum": object})
+    frame.loc[[0, 1], "tailnum"] = [10, 10.0]
+    return frame
+
+
+def _duplicated_key(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([frame, frame.iloc[[7]]], ignore_index=True)
+
+
+def _broken_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[5, ["distance", "origin"]] = [-3, "XXX"]
+    frame.loc[[3, 4], ["tailnum", "dest"]] = ["N123\n", "IAH\n"]
+    landed = frame.index[frame.air_time.notna()]
+    frame.loc[landed[0], "arr_delay"] = float("nan")
+    frame.loc[9, "carrier"] = None
+    return frame
+
+
+def _missing_and_extra_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=["dep_delay", "flight"]).assign(extra=1)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda f: f,
+        _broken_rows,
+        _equal_values_of_two_texts,
+        _duplicated_key,
+        _missing_and_extra_columns,
+    ],
+    ids=["clean", "broken rows", "10 and 10.0", "duplicated key", "missing and extra columns"],
+)
+def test_the_screening_pass_on_distinct_values_gives_every_rule_the_whole_frames_verdict(
+    gx_resource: GreatExpectations, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mutate
+):
+    """Without Data Docs the pass/fail pass runs per-value rules on each column's distinct
+    values and the other rules on narrow frames; with them, on the whole frame at once."""
+    frame = mutate(bundled_day("flights"))
+    screened = GreatExpectations(data_docs_dir=str(tmp_path), build_data_docs=False)
+    monkeypatch.setattr(expectations, "SCREEN_IN_PARTS_ROWS", 0)  # a day is below the bar
+
+    assert _verdicts(validate_flights(screened, frame)) == _verdicts(
+        validate_flights(gx_resource, frame)
+    )
+
+
+def test_distinct_values_keep_what_a_rule_can_tell_apart():
+    from resources.expectations import _distinct_values
+
+    frame = pd.DataFrame(
+        {
+            "code": ["AA", "AA", "B1", None, "B1"],  # text: distinct by equality
+            "mixed": [1, True, 1.0, "1", None],  # equal, but not of one type or text
+            "zero": [0.0, -0.0, 0.0, 2.5, 2.5],  # a pattern's column: -0.0 reads otherwise
+            "n": [3, 3, 3, 3, 4],
+        }
+    )
+    distinct = _distinct_values(frame, pattern_columns=frozenset({"zero"}))
+
+    assert distinct.dtypes.to_dict() == frame.dtypes.to_dict()
+    assert len(distinct) == 5  # the longest: `mixed`, whose five values all differ
+    assert set(distinct["code"].dropna()) == {"AA", "B1"} and distinct["code"].isna().any()
+    assert [type(v).__name__ for v in distinct["mixed"]] == [
+        "int",
+        "bool",
+        "float",
+        "str",
+        "NoneType",
+    ]
+    assert sorted(map(str, set(map(str, distinct["zero"])))) == ["-0.0", "0.0", "2.5"]
+    assert set(distinct["n"]) == {3, 4}
