@@ -870,9 +870,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(registry, MlflowRegistry):
         sys.stderr.write("lineage: the definitions have no MLflow registry (resource `mlflow`)\n")
         return 2
-    registry = registry.process_config_and_initialize()  # its EnvVar settings, read now
     try:
-        with dg.DagsterInstance.get() as instance:
+        with (
+            dg.DagsterInstance.get() as instance,
+            # Its EnvVar settings, read now; on the open instance (alone, it would start an
+            # ephemeral one: a second or more).
+            dg.build_resources({"mlflow": registry}, instance=instance) as resources,
+        ):
+            registry = resources.mlflow
             if args.command == "model":
                 lineage = model_lineage(instance, defs, registry, case, args.version, args.name)
             else:
