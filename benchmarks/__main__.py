@@ -11,6 +11,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
@@ -246,18 +249,46 @@ def p11_memory(folder: Path) -> list[Ratio]:
     return ratios
 
 
+HEADER = "id   ratio" + " " * 56 + "value   target          (numerator / denominator)"
+
+
+class Table:
+    """The ratios in the order they are measured, each printed the moment it is: a run of many
+    minutes shows its results as it goes, with the time each part took."""
+
+    def __init__(self) -> None:
+        self.ratios: list[Ratio] = []
+        self.began = time.monotonic()
+        print(HEADER, flush=True)
+
+    def add(self, *ratios: Ratio) -> None:
+        for ratio in ratios:
+            self.ratios.append(ratio)
+            print(ratio.row(), flush=True)
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        yield
+        now = time.monotonic()
+        print(f"     ({name}: {now - began:.0f} s; {now - self.began:.0f} s so far)", flush=True)
+
+
 def main(ids: list[str]) -> None:
     unknown = sorted(set(ids) - set(IDS))
     if unknown:
         raise SystemExit(f"unknown ratio id(s) {unknown}; known: {', '.join(IDS)}")
     wanted = set(ids or IDS)
-    ratios = []
+    table = Table()
     if "P1" in wanted:
-        ratios.append(p1_load_time())
+        with table.part("P1"):
+            table.add(p1_load_time())
     if "P3" in wanted:
-        ratios += [p3_validation(rows) for rows in VALIDATION_SIZES]
+        with table.part("P3"):
+            for rows in VALIDATION_SIZES:
+                table.add(p3_validation(rows))
     if wanted & {"P4", "P5"}:
-        with tempfile.TemporaryDirectory(prefix="bench-features-") as home:
+        with tempfile.TemporaryDirectory(prefix="bench-features-") as home, table.part("P4, P5"):
             # The year's feature tables, built once by the functions the assets call.
             subprocess.run(
                 [sys.executable, "-m", "benchmarks.feature_data", str(Path(home) / "lake")],
@@ -265,9 +296,9 @@ def main(ids: list[str]) -> None:
                 capture_output=True,
             )
             if "P4" in wanted:
-                ratios.append(p4_retrieval(Path(home)))
+                table.add(p4_retrieval(Path(home)))
             if "P5" in wanted:
-                ratios.append(p5_materialization(Path(home)))
+                table.add(p5_materialization(Path(home)))
     if wanted & {"P6", "P7", "P8"}:
         with tempfile.TemporaryDirectory(prefix="bench-training-") as folder:
             data = Path(folder) / "training_set.parquet"
@@ -280,11 +311,14 @@ def main(ids: list[str]) -> None:
                 capture_output=True,
             )
             if "P6" in wanted:
-                ratios += [p6_feed(data, threads) for threads in (1, 2)]
+                with table.part("P6"):
+                    table.add(*(p6_feed(data, threads) for threads in (1, 2)))
             if "P7" in wanted:
-                ratios += p7_layouts(data)
+                with table.part("P7"):
+                    table.add(*p7_layouts(data))
             if "P8" in wanted:
-                ratios += p8_checkpoints(data)
+                with table.part("P8"):
+                    table.add(*p8_checkpoints(data))
     if wanted & {"P9", "P10", "P11"}:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as folder:
             subprocess.run(
@@ -296,13 +330,17 @@ def main(ids: list[str]) -> None:
                 capture_output=True,
             )
             if "P9" in wanted:
-                ratios += p9_onnxruntime(Path(folder))
+                with table.part("P9"):
+                    table.add(*p9_onnxruntime(Path(folder)))
             if "P10" in wanted:
-                ratios.append(p10_endtoend(Path(folder)))
+                with table.part("P10"):
+                    table.add(p10_endtoend(Path(folder)))
             if "P11" in wanted:
-                ratios += p11_memory(Path(folder))
-    print("id   ratio" + " " * 56 + "value   target          (numerator / denominator)")
-    for ratio in ratios:
+                with table.part("P11"):
+                    table.add(*p11_memory(Path(folder)))
+    print()
+    print(HEADER)
+    for ratio in table.ratios:
         print(ratio.row())
     kept = []
     if ids and RESULTS.is_file():  # a partial run keeps the other ratios' last values
@@ -313,6 +351,7 @@ def main(ids: list[str]) -> None:
             {
                 "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
+                "seconds": round(time.monotonic() - table.began),
                 "versions": {
                     p: version(p)
                     for p in (
@@ -320,12 +359,14 @@ def main(ids: list[str]) -> None:
                         *("onnx", "onnxruntime", "onnxscript", "pyarrow"),
                     )
                 },
-                "ratios": sorted(kept + as_json(ratios), key=lambda r: IDS.index(r["id"])),
+                "ratios": sorted(
+                    kept + as_json(table.ratios), key=lambda r: IDS.index(r["id"])
+                ),
             },
             indent=2,
         )
     )
-    print(f"\nwritten: {RESULTS}")
+    print(f"\nwritten: {RESULTS} ({time.monotonic() - table.began:.0f} s)")
 
 
 if __name__ == "__main__":
