@@ -25,6 +25,7 @@ import dagster as dg
 from assets import EXTERNAL_RETRY
 from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop, source_key
 from assets.pods import SMALL
+from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from assets.usecase import EventTable, UseCase
 from resources.expectations import GreatExpectations, TableContract, ValidationReport
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
@@ -126,9 +127,6 @@ def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
 
 
 CODE_VERSION = "1"
-DATA_VERSION_TAG = "dagster/data_version"
-CODE_VERSION_TAG = "dagster/code_version"
-INPUT_VERSION_TAG = "dagster/input_data_version/"
 
 
 def event_table_assets(case: UseCase) -> list[dg.AssetsDefinition]:

@@ -37,6 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assets.tags import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_TAG,
+    INPUT_POINTER_TAG,
+    INPUT_VERSION_TAG,
+)
+
 if TYPE_CHECKING:
     import dagster as dg
 
@@ -51,10 +58,6 @@ OUTPUT_COLUMNS = (*PREDICTION_COLUMNS, "predicted", "model_name", "model_version
 """The columns of a `batch_predictions` file that are not the scored row's keys."""
 NAMED_ASSETS = ("training_set", "feature_registry")
 """The use case's assets the text view names (by their role in the lifecycle)."""
-DATA_VERSION_TAG = "dagster/data_version"
-CODE_VERSION_TAG = "dagster/code_version"
-INPUT_VERSION_TAG = "dagster/input_data_version/"
-INPUT_POINTER_TAG = "dagster/input_event_pointer/"
 MANIFEST_FIELDS = (
     "git_commit",
     "lock_sha256",
