@@ -1,7 +1,8 @@
 """`make bench`: measure every ratio, print one table, write benchmarks/results/latest.json.
 
-python -m benchmarks              # every ratio
+python -m benchmarks              # every judged ratio
 python -m benchmarks P6 P7 P8     # only these; latest.json keeps the others' last values
+python -m benchmarks --info       # also the ratios printed for information only
 """
 
 import datetime as dt
@@ -154,13 +155,13 @@ def p7_layouts(data: Path) -> list[Ratio]:
     return [ddp, picked]
 
 
-def p8_checkpoints(data: Path) -> list[Ratio]:
+def p8_checkpoints(data: Path, info: bool) -> list[Ratio]:
     """From a checkpoint's time and a step's, both measured while training: the effect at
     k = 200 (~0.8%) is far below this machine's jitter (±30% between blocks of the same work),
     so the blocks' own ratio is only printed."""
     argv = ["-m", "benchmarks.training_speed", "checkpoints", "--data", str(data)]
     ratios = []
-    for every, blocks, note in ((200, 12, ""), (50, 24, " (info)")):
+    for every, blocks, note in ((200, 12, ""), (50, 24, " (info)"))[: 2 if info else 1]:
         runs = alternated({"blocks": [*argv, "--every", str(every), "--blocks", str(blocks)]})
         checkpoint_s = median(runs["blocks"], "checkpoint_ms") / 1000
         step_s = median(runs["blocks"], "step_ms") / 1000
@@ -190,10 +191,11 @@ def serving(folder: Path, command: str, *args: object, repeats: int = REPEATS) -
     return measure([*argv, *map(str, args)], repeats=repeats)
 
 
-def p9_onnxruntime(folder: Path) -> list[Ratio]:
+def p9_onnxruntime(folder: Path, info: bool) -> list[Ratio]:
     """Medians of ratios measured inside each process (the two sides take turns)."""
     ratios = []
-    for threads, served, repeats in ((1, False, REPEATS), (2, False, REPEATS), (1, True, 3)):
+    layouts = ((1, False, REPEATS), (2, False, REPEATS), (1, True, 3))
+    for threads, served, repeats in layouts[: len(layouts) if info else 1]:
         for batch in SERVING_BATCHES:
             command = "served" if served else "network"
             args = ("--threads", threads, "--batch", batch, "--blocks", 6)
@@ -226,13 +228,13 @@ def p10_endtoend(folder: Path) -> Ratio:
     )
 
 
-def p11_memory(folder: Path) -> list[Ratio]:
+def p11_memory(folder: Path, info: bool) -> list[Ratio]:
     """At 16,384 rows a batch, 1x rows is 7 batches: enough to fill the pipeline (reading,
     scoring, writing overlap, so three batches are in memory). At 65,536, 1x is under two
     batches and never does: that ratio is for information."""
     small, large = SERVING_ROWS
     ratios = []
-    for batch, note in ((16_384, ""), (65_536, " (info)")):
+    for batch, note in ((16_384, ""), (65_536, " (info)"))[: 2 if info else 1]:
         peaks = {
             rows: median(serving(folder, "rss", "--rows", rows, "--batch", batch), "peak_rss_mib")
             for rows in (small, large)
@@ -274,7 +276,7 @@ class Table:
         print(f"     ({name}: {now - began:.0f} s; {now - self.began:.0f} s so far)", flush=True)
 
 
-def main(ids: list[str]) -> None:
+def main(ids: list[str], info: bool = False) -> None:
     unknown = sorted(set(ids) - set(IDS))
     if unknown:
         raise SystemExit(f"unknown ratio id(s) {unknown}; known: {', '.join(IDS)}")
@@ -318,7 +320,7 @@ def main(ids: list[str]) -> None:
                     table.add(*p7_layouts(data))
             if "P8" in wanted:
                 with table.part("P8"):
-                    table.add(*p8_checkpoints(data))
+                    table.add(*p8_checkpoints(data, info))
     if wanted & {"P9", "P10", "P11"}:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as folder:
             subprocess.run(
@@ -331,13 +333,13 @@ def main(ids: list[str]) -> None:
             )
             if "P9" in wanted:
                 with table.part("P9"):
-                    table.add(*p9_onnxruntime(Path(folder)))
+                    table.add(*p9_onnxruntime(Path(folder), info))
             if "P10" in wanted:
                 with table.part("P10"):
                     table.add(p10_endtoend(Path(folder)))
             if "P11" in wanted:
                 with table.part("P11"):
-                    table.add(*p11_memory(Path(folder)))
+                    table.add(*p11_memory(Path(folder), info))
     print()
     print(HEADER)
     for ratio in table.ratios:
@@ -359,9 +361,7 @@ def main(ids: list[str]) -> None:
                         *("onnx", "onnxruntime", "onnxscript", "pyarrow"),
                     )
                 },
-                "ratios": sorted(
-                    kept + as_json(table.ratios), key=lambda r: IDS.index(r["id"])
-                ),
+                "ratios": sorted(kept + as_json(table.ratios), key=lambda r: IDS.index(r["id"])),
             },
             indent=2,
         )
@@ -370,4 +370,5 @@ def main(ids: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    arguments = sys.argv[1:]
+    main([a for a in arguments if a != "--info"], info="--info" in arguments)
