@@ -26,7 +26,9 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 VALIDATION_SIZES = (336_776, 1_000_000)
 TRAINING_ROWS = 60_000
 """Synthetic training set: 42k train rows, 2.5 times the real one's, shaped like it."""
-IDS = ("P1", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11")
+IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12")
+SCALES = (1, 10)
+"""P2 and P12: the flights of make run's 59 days as they are, and ten times each day's rows."""
 SERVING_ROWS = (100_000, 1_000_000)
 """Feature files for P10 and P11: P11 compares peak memory at 10x rows against 1x."""
 SERVING_BATCHES = (1, 64, 4096, 65536)
@@ -39,6 +41,68 @@ def p1_load_time() -> Ratio:
     value = location / dagster
     return Ratio.judged(
         "P1", "code-location load ÷ `import dagster`", location, dagster, value, "<= 1.5"
+    )
+
+
+def p2_p12_lifecycle(table: "Table") -> None:
+    """`make run` (`python -m pipelines.run` in a fresh home) against the plain script of the
+    same compute (`benchmarks/plain_lifecycle.py`, its trailing tables built once as a script
+    would), both reading the same drop folders, at 1x and 10x rows a day. One measure each: a
+    `make run` takes minutes. Both sides must build the same training set (its fingerprint)."""
+    plain_argv = ["-m", "benchmarks.plain_lifecycle", "--histories", "once", "--drops"]
+    runs, plains = {}, {}
+    with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as folder:
+        for scale in SCALES:
+            drops = str(Path(folder) / f"{scale}x")
+            subprocess.run(
+                [
+                    *(sys.executable, "-m", "benchmarks.lifecycle_scale", "prepare"),
+                    *("--scale", str(scale), "--out", drops),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            wait_for_quiet()
+            (runs[scale],) = measure(
+                ["-m", "benchmarks.lifecycle_scale", "makerun", "--drops", drops], 1
+            )
+            wait_for_quiet()
+            (plains[scale],) = measure([*plain_argv, drops], repeats=1)
+            assert runs[scale]["fingerprint"] == plains[scale]["fingerprint"], (
+                f"{scale}x: make run and the plain script built different training sets"
+            )
+            target = "<= 1.3" if scale == 1 else "<= 1.2"
+            table.add(
+                Ratio.judged(
+                    "P2",
+                    f"make run ÷ the plain script of its compute, {scale}x rows",
+                    runs[scale]["seconds"],
+                    plains[scale]["seconds"],
+                    runs[scale]["seconds"] / plains[scale]["seconds"],
+                    target,
+                )
+            )
+    small, large = SCALES
+    table.add(
+        Ratio.judged(
+            "P12",
+            f"make run wall, {large}x ÷ {small}x rows a day",
+            runs[large]["seconds"],
+            runs[small]["seconds"],
+            runs[large]["seconds"] / runs[small]["seconds"],
+            "<= 11",
+        ),
+        replace(
+            Ratio.judged(
+                "P12",
+                f"make run peak RSS (largest process), {large}x ÷ {small}x (info)",
+                runs[large]["peak_rss_mib"],
+                runs[small]["peak_rss_mib"],
+                runs[large]["peak_rss_mib"] / runs[small]["peak_rss_mib"],
+                "<= 11",
+            ),
+            unit="MiB",
+        ),
     )
 
 
@@ -285,6 +349,9 @@ def main(ids: list[str], info: bool = False) -> None:
     if "P1" in wanted:
         with table.part("P1"):
             table.add(p1_load_time())
+    if wanted & {"P2", "P12"}:
+        with table.part("P2, P12"):
+            p2_p12_lifecycle(table)
     if "P3" in wanted:
         with table.part("P3"):
             for rows in VALIDATION_SIZES:

@@ -47,17 +47,17 @@ SCALES = (1, 10, 100, 1000)
 RESULTS = Path(__file__).parent / "results" / "large_drop.json"
 
 
-def scaled_day(copies: int):
-    """The flights of DAY, `copies` times, with distinct natural keys."""
+def scaled_day(copies: int, day: str = DAY):
+    """The flights of `day` (YYYY-MM-DD), `copies` times, with distinct natural keys."""
     import pandas as pd
 
     from usecases.flights.contracts import FLIGHTS
     from usecases.flights.source import BundledFlightsSource
 
-    day = BundledFlightsSource().read_day(
-        "flights", dt.date.fromisoformat(DAY), timestamp_columns=FLIGHTS.timestamp_columns
+    raw = BundledFlightsSource().read_day(
+        "flights", dt.date.fromisoformat(day), timestamp_columns=FLIGHTS.timestamp_columns
     )
-    frame = day.frame.reset_index(drop=True)
+    frame = raw.frame.reset_index(drop=True)
     if copies == 1:
         return frame
     parts = [frame]
@@ -108,12 +108,19 @@ def write_drops(root: Path, copies: int) -> Path:
         ("weather", DAY): real("weather", DAY),
     }
     for (table, day), frame in drops.items():
-        for column in frame.columns:
-            if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
-                frame[column] = frame[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-        (root / table).mkdir(exist_ok=True)
-        frame.to_csv(root / table / f"{day}.csv", index=False)
+        write_csv_drop(frame, root / table / f"{day}.csv")
     return root
+
+
+def write_csv_drop(frame, path: Path) -> None:
+    """`frame` as a CSV drop at `path` (its folder made): timestamps in ISO-8601 with a `Z`."""
+    import pandas as pd
+
+    for column in frame.columns:
+        if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+            frame[column] = frame[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    path.parent.mkdir(exist_ok=True)
+    frame.to_csv(path, index=False)
 
 
 def run(drops: Path) -> dict:
