@@ -5,6 +5,7 @@ import base64
 import dataclasses
 import typing
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,11 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         mlflow: MlflowRegistry,
     ) -> dg.Output[TrainedRun]:
         """The model trained on the latest training set; weights, manifest, checkpoints."""
-        from ml.plots import loss_curve
+        from ml import plots
         from ml.task import task_named
 
         output = launcher.output_dir(context)
+        tracking = mlflow.for_use_case(case.name)
         chosen = config.model_dump()
         settings = TrainConfig.from_dict(
             {
@@ -113,10 +115,17 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
                 "output_dir": str(output),
             }
         )
-        reported = launcher.launch(context, settings).metadata or {}
+        # The step mostly waits on training; meanwhile a thread imports and opens what comes
+        # after it (MLflow and its store, matplotlib), which would otherwise cost seconds then.
+        # A warm-up that fails is only reported: the calls after training repeat its work.
+        with ThreadPoolExecutor(1, thread_name_prefix="warm_up") as warming:
+            warmed = warming.submit(_warm_up, tracking)
+            reported = launcher.launch(context, settings).metadata or {}
+        if (error := warmed.exception()) is not None:
+            context.log.warning(f"warming up MLflow and matplotlib failed: {error}")
         result, manifest = _json(reported, "result"), _json(reported, "manifest")
         validation = result["validation"]
-        plot = loss_curve(
+        plot = plots.loss_curve(
             result["train_loss"],
             result["validation_loss"],
             result["best_epoch"],
@@ -127,7 +136,7 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         if local:
             with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
                 sink.write(plot)
-        tracked = mlflow.for_use_case(case.name).log_training(
+        tracked = tracking.log_training(
             run_name=f"trained_model-{context.run.run_id[:8]}",
             params=_flat(settings.to_dict()),
             epochs=[
@@ -187,6 +196,13 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         )
 
     return trained_model
+
+
+def _warm_up(tracking: MlflowRegistry) -> None:
+    from ml import plots
+
+    tracking.warm_up()
+    plots.warm_up()
 
 
 def _json(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ml.exits import EXIT_NOT_RETRYABLE
+from ml.exits import EXIT_NOT_RETRYABLE, leave
 
 log = logging.getLogger("ml.node")
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from ml import train
+    from ml import preflight  # not ml.train: starting workers needs none of its imports
 
     # A fresh store for every round of workers. torchrun otherwise keeps one TCPStore across
     # restarts, without a per-round key prefix, and a restarted rank can read its peer's
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.module and args.training_script == "ml.train":
         try:
-            train.check(train.config_of(args.training_script_args))
+            preflight.check(preflight.config_of(args.training_script_args))
         except (ValueError, OSError) as error:
             log.error("not starting: %s", error)
             return EXIT_NOT_RETRYABLE
@@ -79,4 +79,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    sys.exit(main())
+    leave(main())

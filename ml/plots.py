@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from ml.metrics import METRICS, CalibrationBin, Evaluation, SliceMetrics
+from ml.metrics import (
+    METRICS,
+    CalibrationBin,
+    Evaluation,
+    SliceMetrics,
+    binary_metrics,
+    roc_curve,
+)
 from ml.task import BINARY, task_named
 
 SCATTER_POINTS = 5_000
@@ -46,6 +53,19 @@ def loss_curve(
         plt.close(figure)
 
 
+def warm_up() -> None:
+    """Import matplotlib and draw a throwaway figure with text (loading the fonts), so that a
+    process's first real figure costs only its own drawing: for a thread to run while the
+    process waits on something else."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(1, 1), dpi=10)
+    try:
+        axes.set_xlabel("x")
+        _png(figure)
+    finally:
+        plt.close(figure)
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -64,16 +84,14 @@ def _png(figure: Any) -> bytes:
 
 def roc_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> bytes:
     """ROC curve of each named (labels, probabilities) pair, its AUC in the legend."""
-    from sklearn import metrics
-
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(5, 5), dpi=100)
     try:
         for name, (labels, probabilities) in curves.items():
             labels = np.asarray(labels)
             if 0 < labels.sum() < len(labels):
-                fpr, tpr, _ = metrics.roc_curve(labels, probabilities)
-                auc = metrics.roc_auc_score(labels, probabilities)
+                fpr, tpr = roc_curve(labels, probabilities)
+                auc = binary_metrics(labels, probabilities).roc_auc
                 axes.plot(fpr, tpr, label=f"{name} (AUC {auc:.3f})")
             else:
                 axes.plot([], [], label=f"{name} (one class only: no curve)")

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 from safetensors.torch import save as safetensors_bytes
@@ -40,14 +37,15 @@ from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
 from ml import checkpoint
-from ml.config import TrainConfig, from_args, parser
+from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
-from ml.exits import EXIT_NOT_RETRYABLE
+from ml.exits import EXIT_NOT_RETRYABLE, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import Metrics, binary_metrics, regression_metrics
 from ml.model import TabularNet
+from ml.preflight import check, config_of
 from ml.task import BINARY, REGRESSION, task_named
 
 log = logging.getLogger("ml.train")
@@ -442,30 +440,6 @@ def train_step(
     return loss
 
 
-def config_of(argv: list[str] | None) -> TrainConfig:
-    """The training config of a command line (`python -m ml.train --help`)."""
-    return from_args(parser("Data-parallel training of a tabular model.").parse_args(argv))
-
-
-def check(config: TrainConfig) -> None:
-    """Refuse a config that cannot train, before any process group exists."""
-    if not config.data.training_set or not config.output_dir:
-        raise ValueError("--data.training_set and --output_dir are required")
-    if not Path(config.data.training_set).is_file():
-        raise FileNotFoundError(f"training set {config.data.training_set} does not exist")
-    schema = pq.read_schema(config.data.training_set)
-    missing = sorted({config.data.label, config.data.split_column} - set(schema.names))
-    if missing:
-        raise ValueError(f"training set {config.data.training_set} lacks the column(s) {missing}")
-    kind = schema.field(config.data.label).type
-    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
-    if config.data.task == REGRESSION.name and not numeric:
-        raise ValueError(
-            f"training set {config.data.training_set}: the regression label"
-            f" {config.data.label!r} holds {kind}, not numbers"
-        )
-
-
 class WholeErrorFile(ErrorHandler):
     """torchrun's error file (the launcher reports this worker's exception, not just "exit 1"),
     written whole: torch writes it in place, and when a peer dies the agent terminates this
@@ -558,4 +532,4 @@ def _finite(value: Any) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -124,6 +124,12 @@ class MlflowRegistry(dg.ConfigurableResource):
         are listed apart from every other use case's."""
         return self.model_copy(update={"experiment": name})
 
+    def warm_up(self) -> None:
+        """Import MLflow and open this registry's store (MLflow keeps it for the process),
+        writing nothing: a step that logs here after a long wait calls this in a thread during
+        the wait, so that its logging does not begin with seconds of imports and connecting."""
+        self._client().get_experiment_by_name(self.experiment)
+
     def log_training(
         self,
         run_name: str,

@@ -65,6 +65,13 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def test_warming_up_opens_the_store_and_writes_nothing(registry: MlflowRegistry):
+    from mlflow import MlflowClient
+
+    registry.for_use_case("warmed_up_only").warm_up()
+    assert MlflowClient(registry.tracking_uri).get_experiment_by_name("warmed_up_only") is None
+
+
 def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, tmp_path: Path):
     assert registry.next_version("delay_register") == "1"
 

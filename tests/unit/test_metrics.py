@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from ml.metrics import (
     calibration_bins,
     evaluate,
     regression_metrics,
+    roc_curve,
 )
 from ml.plots import (
     calibration_plot,
@@ -29,6 +32,7 @@ from ml.plots import (
     residuals,
     roc_curves,
     slice_bars,
+    warm_up,
 )
 
 pytestmark = pytest.mark.unit
@@ -64,6 +68,75 @@ def test_metrics_agree_with_scikit_learn_at_the_chosen_threshold():
     assert got.accuracy == pytest.approx(sk.accuracy_score(labels, predicted))
     assert got.f1 == pytest.approx(sk.f1_score(labels, predicted))
     assert binary_metrics(labels, probabilities).threshold == 0.5
+
+
+def tied(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores on a coarse grid (many ties) or continuous, float32 or float64, and labels drawn
+    from them."""
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(2, 3000))
+    levels = int(rng.integers(1, 40))
+    probabilities = rng.integers(0, levels + 1, rows) / levels if seed % 2 else rng.random(rows)
+    probabilities = probabilities.astype("float32" if seed % 3 == 0 else "float64")
+    labels = (rng.random(rows) < probabilities).astype("float64")
+    # Both classes, and two confident mistakes: log loss clips them.
+    labels[:2], probabilities[:2] = [0, 1], [1, 0]
+    return labels, probabilities
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_metrics_are_scikit_learns_to_rounding_on_tied_and_extreme_scores(seed):
+    labels, probabilities = tied(seed)
+    got = binary_metrics(labels, probabilities)
+    as_float64 = probabilities.astype("float64")  # what binary_metrics measures
+    expected = {
+        "log_loss": sk.log_loss(labels, as_float64, labels=[0, 1]),
+        "roc_auc": sk.roc_auc_score(labels, as_float64),
+        "average_precision": sk.average_precision_score(labels, as_float64),
+        "brier": sk.brier_score_loss(labels, as_float64),
+    }
+    assert {k: getattr(got, k) for k in expected} == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert {type(v) for v in got.as_dict().values()} == {int, float}  # plain, serializable
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_roc_curve_has_scikit_learns_points(seed):
+    labels, probabilities = tied(seed)
+    fpr, tpr = roc_curve(labels, probabilities)
+    expected_fpr, expected_tpr, _ = sk.roc_curve(labels, probabilities.astype("float64"))
+    np.testing.assert_array_equal(fpr, expected_fpr)
+    np.testing.assert_array_equal(tpr, expected_tpr)
+
+
+def test_a_roc_curve_needs_both_classes():
+    with pytest.raises(ValueError, match="both classes"):
+        roc_curve(np.zeros(3), np.array([0.1, 0.2, 0.3]))
+
+
+def test_all_scores_equal_give_the_chance_diagonal():
+    labels, probabilities = np.array([0, 1, 1, 0, 1]), np.full(5, 0.4)
+    assert binary_metrics(labels, probabilities).roc_auc == 0.5
+    assert [a.tolist() for a in roc_curve(labels, probabilities)] == [[0, 1], [0, 1]]
+    assert binary_metrics(labels, probabilities).average_precision == pytest.approx(0.6)
+
+
+def test_measuring_and_plotting_import_no_scikit_learn():
+    # Its import costs seconds in every process that trains or evaluates a model.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, numpy as np, ml.metrics as m, ml.plots, ml.train;"
+            " m.binary_metrics(np.array([0, 1]), np.array([0.2, 0.7]));"
+            " m.best_threshold(np.array([0, 1]), np.array([0.2, 0.7]));"
+            " m.roc_curve(np.array([0, 1]), np.array([0.2, 0.7]));"
+            " print('sklearn' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False"
 
 
 def test_one_class_leaves_the_ranking_metrics_undefined_and_f1_without_positives_too():
@@ -250,6 +323,7 @@ def test_an_evaluation_survives_json_and_a_missing_metric_comes_back_as_nan():
 
 
 def test_the_figures_are_png_images():
+    warm_up()  # what trained_model runs in a thread while it waits: harmless before any figure
     labels, probabilities = scored(300)
     other = np.clip(probabilities + 0.1, 0, 1)
     frame = flights(labels)

@@ -151,14 +151,20 @@ def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
 
 
 def test_training_and_its_node_do_not_import_each_other_at_import_time():
-    # ml.node imports ml.train lazily (to check a config); ml.train must not import ml.node.
-    loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, ml.train; print('ml.node' in sys.modules)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert loaded.stdout.strip() == "False"
+    # ml.train must not import ml.node; the node checks a config with ml.preflight, which
+    # imports neither the trainer nor torch and pandas (seconds before any worker starts).
+    def loaded(module: str, *names: str) -> list[str]:
+        found = f"[m for m in {names!r} if m in sys.modules]"
+        script = f"import json, sys, {module}; print(json.dumps({found}))"
+        run = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
+        return json.loads(run.stdout)
+
+    assert loaded("ml.train", "ml.node") == []
+    assert loaded("ml.preflight", "ml.train", "torch", "pandas") == []
     from ml import exits, node
 
     assert node.EXIT_NOT_RETRYABLE == exits.EXIT_NOT_RETRYABLE == 78
+    left = subprocess.run([sys.executable, "-c", "from ml.exits import leave; leave(78)"])
+    assert left.returncode == 78
