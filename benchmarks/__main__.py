@@ -425,7 +425,7 @@ def main(ids: list[str], info: bool = False) -> None:
                     p: version(p)
                     for p in (
                         *("dagster", "great-expectations", "pandas", "feast", "duckdb", "torch"),
-                        *("onnx", "onnxruntime", "onnxscript", "pyarrow"),
+                        *("onnx", "onnxruntime", "pyarrow"),
                     )
                 },
                 "ratios": sorted(kept + as_json(table.ratios), key=lambda r: IDS.index(r["id"])),

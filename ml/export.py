@@ -5,9 +5,9 @@ The served graph takes raw feature values and returns the task's output (`ml.tas
 (`ml.data.Preprocessor`) is inside it, so serving needs nothing but onnxruntime and cannot drift
 from training. Numbers are standardized in double precision, exactly as `Preprocessor.inputs`
 does, then cast to float; categories are looked up with `ai.onnx.ml` LabelEncoder (the train
-vocabulary, 0 for anything else); the network is exported by torch's torch.export-based
-exporter, and the graph closes with a Sigmoid (binary) or with the label's de-standardization,
-output * std + mean in float (regression).
+vocabulary, 0 for anything else); the network is exported by torch's TorchScript-based
+exporter (docs/serving.md, "Exporter"), and the graph closes with a Sigmoid (binary) or with
+the label's de-standardization, output * std + mean in float (regression).
 
     numeric      tensor(double) [batch, len(preprocessor.numeric)]      NaN = missing
     categorical  tensor(string) [batch, len(preprocessor.categorical)]  "" = missing
@@ -88,6 +88,8 @@ def network_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
     """The network alone as an `onnx.ModelProto`: inputs `numeric` (float [batch, 2 *
     numeric features]) and `categorical` (int64 [batch, categorical features]), as
     `Preprocessor.inputs` makes them, output `logit` [batch]."""
+    import onnx
+
     if not preprocessor.features:
         raise ValueError("the preprocessor has no features: nothing to export")
     numeric, categorical = preprocessor.inputs(_sample_frame(preprocessor))
@@ -98,40 +100,37 @@ def network_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
     if preprocessor.categorical:
         names.append(INPUT_CATEGORICAL)
         inputs.append(categorical)
-    batch = torch.export.Dim(_BATCH)
     # The model itself when it has both inputs: its initializers keep the state_dict's names.
     network = (
         model
         if len(inputs) == 2
         else _Network(model, preprocessor.numeric_width, len(preprocessor.categorical)).eval()
     )
-    shapes = tuple({0: batch} for _ in inputs)
-    if network is not model:
-        shapes = (shapes,)  # _Network takes *inputs: one argument
     was_training = model.training
     model.eval()
-    # The exporter's registry warns once per torchvision operator it cannot offer; this model
-    # uses none of them.
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            # Both inputs share the one batch dimension, which is what is meant; and
-            # torch.export's own pytree code uses a deprecated check of torch's (2.13).
-            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
-            program = torch.onnx.export(
+        with tempfile.TemporaryDirectory(prefix="ml-export-") as folder, warnings.catch_warnings():
+            # The TorchScript exporter, deprecated since torch 2.9, says so on every export
+            # (docs/serving.md, "Exporter": why it is used all the same).
+            warnings.filterwarnings(
+                "ignore", "You are using the legacy TorchScript-based ONNX export"
+            )
+            warnings.filterwarnings(
+                "ignore", "The feature will be removed", module=r"torch\.onnx\."
+            )
+            graph = Path(folder) / "network.onnx"
+            torch.onnx.export(
                 network,
                 tuple(inputs),
-                dynamo=True,
+                graph,
+                dynamo=False,
                 input_names=names,
                 output_names=["logit"],
-                dynamic_shapes=shapes,
-                verbose=False,
+                dynamic_axes={name: {0: _BATCH} for name in [*names, "logit"]},
             )
+            return onnx.load_model(str(graph))
     finally:
         model.train(was_training)
-    assert program is not None
-    return program.model_proto
 
 
 def served_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
@@ -349,11 +348,13 @@ def parity(
         raise ValueError("parity needs at least one row")
     scorer = Scorer.load(onnx_path)
     reference = np.asarray(predictions(model, preprocessor, frame), dtype="float64")
-    runs = [(0, scorer.predict(frame))]
+    inputs = scorer.inputs(frame)  # once: a batch is a slice of these rows
+    runs = [(0, scorer.run(inputs))]
     for size in batch_sizes:
         rows = len(frame) if size >= 64 else min(len(frame), PARITY_SMALL_BATCH_ROWS)
         for start in range(0, rows, size):
-            runs.append((start, scorer.predict(frame.iloc[start : min(start + size, rows)])))
+            end = min(start + size, rows)
+            runs.append((start, scorer.run({k: v[start:end] for k, v in inputs.items()})))
     mismatched = np.zeros(len(frame), dtype=bool)
     max_abs = max_rel = 0.0
     for start, scores in runs:
