@@ -3,8 +3,10 @@ defaults, then say where the results are.
 
     python -m pipelines.run [--use-case NAME] [--start YYYY-MM-DD] [--end YYYY-MM-DD]
 
-First the dimension tables and the Feast registry; then each day is one Dagster run of
-`daily_partition` (ingest, validate, feature tables, online store); then a training set over the
+First the dimension tables and the Feast registry; then the history lead-in (the days the
+window's trailing features read back), ingested and validated in one run of a range of days as a
+batched backfill takes them; then each day of the window is one Dagster run of `daily_partition`
+(ingest, validate, feature tables, online store); then a training set over the
 window; then `train_model`: `trained_model` (torchrun workers launched through Dagster Pipes), its
 evaluation against the champion and the gate, the ONNX export with its parity check, and
 registration as champion if every gate passed; then the champion scores the test days
@@ -32,6 +34,9 @@ from pipelines.jobs import definition_name
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+"""The tags of a run that takes a range of partitions (what a batched backfill launches)."""
 BINARY_EVALUATION = ("test_roc_auc", "threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
 """`model_evaluation` metadata the summary shows, by task."""
@@ -134,27 +139,65 @@ def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str)
         run_config=QUIET,
         tags=run_tags(),
     )
-    outcome = DayOutcome(partition=partition, success=result.success)
+    return day_outcomes(result, [partition])[partition]
+
+
+def run_days(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, partitions: Sequence[str]
+) -> dict[str, DayOutcome]:
+    """One run of `job` over the consecutive `partitions`, as a batched backfill takes them:
+    each day keeps its own materializations and check results, and a refused day refuses only
+    itself."""
+    result = job.execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config=QUIET,
+        tags={**run_tags(), RANGE_START_TAG: partitions[0], RANGE_END_TAG: partitions[-1]},
+    )
+    return day_outcomes(result, partitions)
+
+
+def day_outcomes(
+    result: dg.ExecuteInProcessResult, partitions: Sequence[str]
+) -> dict[str, DayOutcome]:
+    """What a run of `partitions` did to each of them. A day succeeded when none of its checks
+    failed and every asset the job selects for it was materialized (a ranged step that refused a
+    day fails as a whole, having published the others)."""
+    outcomes = {day: DayOutcome(partition=day, success=True) for day in partitions}
+    single = partitions[0] if len(partitions) == 1 else None
+    failed_steps = []
     for event in result.all_events:
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization
+            outcome = outcomes[materialization.partition or single or ""]
             outcome.materialized.add(materialization.asset_key.to_user_string())
             rows = materialization.metadata.get("dagster/row_count")
             if isinstance(rows, dg.IntMetadataValue) and rows.value is not None:
                 outcome.rows[materialization.asset_key.to_user_string()] = rows.value
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = event.asset_check_evaluation_data
+            outcome = outcomes[evaluation.partition or single or ""]
             quarantined = evaluation.metadata.get("quarantined_rows")
             if not evaluation.passed:
+                outcome.success = False
                 outcome.problems.append(evaluation.description or evaluation.check_name)
             elif isinstance(quarantined, dg.IntMetadataValue) and quarantined.value:
                 outcome.quarantines.append(evaluation.description or evaluation.check_name)
         elif event.is_step_failure:
             error = event.step_failure_data.error
-            outcome.problems.append(
+            failed_steps.append(
                 f"step {event.step_key} failed: {error.message.strip() if error else 'unknown'}"
             )
-    return outcome
+    selected = {key.to_user_string() for key in result.job_def.asset_layer.selected_asset_keys}
+    for outcome in outcomes.values():
+        if single is not None:
+            outcome.success = result.success
+            outcome.problems += failed_steps
+        elif outcome.success and not selected <= outcome.materialized:
+            # No check refused it, yet it is not published: a step failed before reaching it.
+            outcome.success = False
+            outcome.problems += failed_steps or ["not materialized"]
+    return outcomes
 
 
 @dataclass
@@ -481,15 +524,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
                 return 1
         # The lead-in days are only ingested and validated: the window's trailing features read
-        # their published rows; their own features would need a lead-in of their own.
-        lead_in, daily = job("ingest_and_validate"), job("daily_partition")
+        # their published rows; their own features would need a lead-in of their own. They are
+        # one run, as a backfill batches them: GX imported and each source read once.
+        lead_in = [p for p in partitions if dt.date.fromisoformat(p) < start]
         outcomes = []
-        for partition in partitions:
-            in_window = dt.date.fromisoformat(partition) >= start
-            outcome = run_day(daily if in_window else lead_in, instance, partition)
+        for partition, outcome in (
+            run_days(job("ingest_and_validate"), instance, lead_in) if lead_in else {}
+        ).items():
             outcomes.append(outcome)
             status = "published" if outcome.success else "REFUSED"
-            print(f"{partition}: {status}{'' if in_window else ' (history lead-in)'}", flush=True)
+            print(f"{partition}: {status} (history lead-in)", flush=True)
+        for partition in partitions[len(lead_in) :]:
+            outcome = run_day(job("daily_partition"), instance, partition)
+            outcomes.append(outcome)
+            print(f"{partition}: {'published' if outcome.success else 'REFUSED'}", flush=True)
         window = case.window.config(start, end)
         training = run_assets(
             job("build_training_set"),

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.run import day_outcomes
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, select, write_csv_drop
@@ -389,6 +390,13 @@ def test_a_bad_day_inside_a_batched_range_is_refused_alone(lifecycle: Lifecycle,
     assert sorted(published_events(result, "validated_weather")) == list(RANGE)
     versions = {day: e.tags["dagster/data_version"] for day, (e,) in validated.items()}
     assert len(set(versions.values())) == len(versions), versions
+    # What `make run` reports of such a run (its history lead-in is one): the bad day alone.
+    outcomes = day_outcomes(result, RANGE)
+    assert {day: o.success for day, o in outcomes.items()} == {d: d != bad_day for d in RANGE}
+    assert any("rule distance.in_range[1,6000]" in p for p in outcomes[bad_day].problems)
+    assert outcomes[RANGE[0]].rows["flights/validated_flights"] == len(
+        bundled_day("flights", RANGE[0])
+    )
 
 
 def test_a_batched_step_retried_after_a_lost_connection_records_each_day_once(
