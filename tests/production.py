@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import dagster as dg
@@ -113,9 +114,9 @@ class ProductionWorld(World):
     variables: Mapping[str, str] = field(default_factory=dict)
     databases: Mapping[str, str] = field(default_factory=dict)
 
-    def run(self, *args, **kwargs) -> dg.ExecuteInProcessResult:
+    def execute(self, job: str, **options: Any) -> dg.ExecuteInProcessResult:
         with mock.patch.dict(os.environ, self.variables):
-            return super().run(*args, **kwargs)
+            return super().execute(job, **options)
 
     def resolved(self, resource: dg.ConfigurableResource) -> dg.ConfigurableResource:
         """`resource` with its `EnvVar` fields read, for calls outside a run."""

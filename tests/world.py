@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -93,21 +94,23 @@ class World:
     ) -> dg.ExecuteInProcessResult:
         """Runs the flights use case's job `job` (its base name, e.g. `daily_partition`), with
         `ops` config by asset name (or `rollback_champion`)."""
-        return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
-            instance=self.instance,
+        return self.execute(
+            job,
             partition_key=partition,
             run_config={**QUIET, "ops": op_config(ops or {})},
             asset_selection=[CASE.key(a) for a in assets] if assets else None,
-            raise_on_error=False,
         )
 
     def run_days(self, job: str, days: list[str]) -> dg.ExecuteInProcessResult:
         """One run of `job` over the consecutive `days`, as a batched backfill takes them."""
+        return self.execute(
+            job, run_config=QUIET, tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]}
+        )
+
+    def execute(self, job: str, **options: Any) -> dg.ExecuteInProcessResult:
+        """Every run of the world: the job `job` in this process, on the world's instance."""
         return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
-            instance=self.instance,
-            run_config=QUIET,
-            tags={RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]},
-            raise_on_error=False,
+            instance=self.instance, raise_on_error=False, **options
         )
 
     def champion(self) -> str | None:
