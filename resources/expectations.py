@@ -316,7 +316,7 @@ class GreatExpectations(dg.ConfigurableResource):
             )
             url = self._publish(context)
             screened = screening.results
-        elif len(frame) < SCREEN_IN_PARTS_ROWS:
+        elif len(frame) < SCREEN_IN_PARTS_ROWS or frame.columns.has_duplicates:
             screened = (
                 get_batch()
                 .validate(
@@ -327,7 +327,7 @@ class GreatExpectations(dg.ConfigurableResource):
                 .results
             )
         else:
-            screened = _screen(definition, _screening(contract), frame, parameters)
+            screened = _screen(definition, contract, frame, parameters)
         # The suite's order, whichever pass and part a result came from (GX orders its own).
         outcomes: dict[str, Any] = dict.fromkeys(
             e.meta[_RULE] for e in definition.suite.expectations
@@ -756,9 +756,7 @@ class _Screening:
     per_value: Any
     keyed: Any
     conditioned: Any
-    key_columns: tuple[str, ...]
     condition_columns: tuple[str, ...]
-    pattern_columns: frozenset[str]
 
 
 @functools.cache
@@ -783,34 +781,29 @@ def _screening(contract: TableContract) -> _Screening:
             name: gx.ExpectationSuite(name=f"{contract.table}_{name}", expectations=expectations)
             for name, expectations in groups.items()
         },
-        key_columns=contract.natural_key,
         condition_columns=tuple(condition_columns),
-        pattern_columns=frozenset(rule.column for rule in contract.columns if rule.pattern),
     )
 
 
 def _screen(
-    definition: Any, screening: _Screening, frame: "pd.DataFrame", parameters: dict[str, Any]
+    definition: Any, contract: TableContract, frame: "pd.DataFrame", parameters: dict[str, Any]
 ) -> list[Any]:
-    """Every rule's pass/fail (GX's BOOLEAN_ONLY results), each part of the suite run on its
-    own frame."""
-    if frame.columns.has_duplicates:  # a frame[column] that is a frame: judge it whole
-        parts = [(suite, frame) for suite in (screening.per_value, screening.keyed)]
-        parts.append((screening.conditioned, frame))
-    else:
-        present = set(frame.columns)
+    """Every rule's pass/fail (GX's BOOLEAN_ONLY results), each part of the suite (`_Screening`)
+    run on its own frame. `frame`'s column names are unique."""
+    screening = _screening(contract)
+    present = set(frame.columns)
 
-        def narrow(columns: Sequence[str]) -> "pd.DataFrame":
-            # A missing column stays missing: its rules fail as they would on the whole frame.
-            return frame[[c for c in columns if c in present]]
+    def narrow(columns: Sequence[str]) -> "pd.DataFrame":
+        # A missing column stays missing: its rules fail as they would on the whole frame.
+        return frame[[c for c in columns if c in present]]
 
-        parts = [
-            (screening.per_value, _distinct_values(frame, screening.pattern_columns)),
-            (screening.keyed, narrow(screening.key_columns)),
-            (screening.conditioned, narrow(screening.condition_columns)),
-        ]
+    patterns = frozenset(rule.column for rule in contract.columns if rule.pattern)
     results = []
-    for suite, data in parts:
+    for suite, data in (
+        (screening.per_value, _distinct_values(frame, patterns)),
+        (screening.keyed, narrow(contract.natural_key)),
+        (screening.conditioned, narrow(screening.condition_columns)),
+    ):
         if suite.expectations:
             batch = definition.data.get_batch({"dataframe": data})
             validated = batch.validate(
