@@ -8,7 +8,10 @@ A backfill runs a range of days in one run (`DailyPartitions.days_per_run`, Dags
 `BackfillPolicy.multi_run`): the process, GX, the source and the lake are set up once for the
 range, not once a day, and every day still gets its own materializations (its content hash as
 the data version), check evaluation and quarantine, recorded as events of its own partition
-(Dagster would record one data version for the whole range). A day refused by its source or its
+(Dagster would record one data version for the whole range). The range's raw days are screened
+by GX together (`screen`): one pass/fail validation of their rows whose verdict holds for each
+day, so that a clean range, the usual one, pays GX's fixed cost once; the days of a range with a
+broken rule are validated one at a time, as a single day is. A day refused by its source or its
 contract is refused alone: the range's other days publish, and the step then fails naming each
 refused day, its rule and count, so the backfill marks only those days failed.
 """
@@ -16,7 +19,7 @@ refused day, its rule and count, so the backfill marks only those days failed.
 import datetime as dt
 import hashlib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,20 +59,72 @@ def audit(
 ) -> ValidationReport:
     """Validate one raw partition against its contract, a row group of the lake file at a
     time. `references` holds the dimension tables the contract's `allowed_from` rules name."""
-    window = partitions_def.time_window_for_partition_key(partition_key)
-    sets = {}
-    for reference in contract.references:
-        table, column = reference.split(".", 1)
-        sets[reference] = (references or {})[table][column].dropna().tolist()
     return expectations.validate_chunks(
         contract,
         raw.frames,
         partition=partition_key,
-        window=(window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)),
+        window=_window(partitions_def, partition_key),
         timezone=partitions_def.timezone,
-        references=sets,
+        references=_reference_sets(contract, references),
         data_docs=data_docs,
     )
+
+
+SCREEN_TOGETHER_ROWS = 1_000_000
+"""Most rows a range's days are screened with in one GX pass (`screen`); more days are screened
+in several passes, fewer rows each, so that a range of large days is never held whole."""
+
+
+def screen(
+    days: Mapping[str, LakeTable],
+    expectations: GreatExpectations,
+    contract: TableContract,
+    partitions_def: dg.DailyPartitionsDefinition,
+    references: "dict[str, pd.DataFrame] | None" = None,
+) -> dict[str, ValidationReport]:
+    """The reports of the raw `days` that pass their contract whole, screened together a batch
+    of consecutive days at a time (`GreatExpectations.screen_days`): the usual day of a
+    backfill pays GX's fixed cost once a batch instead of once a day. A day missing from the
+    result (one with a failed rule, one of a batch with one, a day stored in several row
+    groups) is for `audit` to validate alone."""
+    from resources.expectations import DayFrame
+
+    batches: list[list[DayFrame]] = [[]]
+    rows = 0
+    for key, raw in days.items():
+        if raw.row_groups != 1:
+            continue
+        if rows + raw.rows > SCREEN_TOGETHER_ROWS and batches[-1]:
+            batches.append([])
+            rows = 0
+        frame = next(raw.frames())
+        batches[-1].append(DayFrame(key, frame, _window(partitions_def, key)))
+        rows += len(frame)
+    sets = _reference_sets(contract, references)
+    reports: dict[str, ValidationReport] = {}
+    for batch in batches:
+        reports |= expectations.screen_days(
+            contract, batch, timezone=partitions_def.timezone, references=sets
+        )
+    return reports
+
+
+def _window(
+    partitions_def: dg.DailyPartitionsDefinition, partition_key: str
+) -> tuple[dt.datetime, dt.datetime]:
+    window = partitions_def.time_window_for_partition_key(partition_key)
+    return window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
+
+
+def _reference_sets(
+    contract: TableContract, references: "dict[str, pd.DataFrame] | None"
+) -> dict[str, list[Any]]:
+    """The values of each reference set a contract's `allowed_from` rules name."""
+    sets = {}
+    for reference in contract.references:
+        table, column = reference.split(".", 1)
+        sets[reference] = (references or {})[table][column].dropna().tolist()
+    return sets
 
 
 def check_metadata(report: ValidationReport) -> dict[str, Any]:
@@ -182,8 +237,15 @@ class _Day:
     """The events of one day, as a step of one partition returns them (Dagster derives the
     materialization) or as a step of a range records them (an event per partition)."""
 
-    def __init__(self, stage: _Stage, partition_key: str, ranged: bool):
+    def __init__(
+        self,
+        stage: _Stage,
+        partition_key: str,
+        ranged: bool,
+        recorded: "Set[Any]" = frozenset(),
+    ):
         self.stage, self.partition_key, self.ranged = stage, partition_key, ranged
+        self.recorded = recorded  # what an earlier try of the run recorded (asset, check keys)
 
     def materialized(
         self,
@@ -285,24 +347,49 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
         expectations: GreatExpectations = context.resources.expectations
         ranged = not context.has_partition_key
         keys = context.partition_keys
-        # A retried step of a range carries on after the days it already recorded.
-        done = _recorded_in_run(context, stage) if ranged and context.retry_number else set()
+        # A retried step of a range carries on from what its earlier tries recorded.
+        recorded = _recorded_in_run(context) if ranged and context.retry_number else {}
+        wanted = _wanted(context, stage)
         refused: list[Refused] = []
-        for key in keys:
-            if key in done:
-                continue
+        if not ranged:
             try:
-                yield from _one_day(context, stage, _Day(stage, key, ranged), expectations, refs)
+                yield from _one_day(context, stage, _Day(stage, keys[0], False), expectations, refs)
             except Refused as exc:
-                if not ranged:
-                    raise dg.Failure(
-                        description=str(exc),
-                        metadata={"partition": key, "rule": exc.rule},
-                        allow_retries=False,
-                    ) from exc
-                context.log.error(str(exc))
+                raise dg.Failure(
+                    description=str(exc),
+                    metadata={"partition": exc.partition_key, "rule": exc.rule},
+                    allow_retries=False,
+                ) from exc
+            return
+        # A range ingests every day first, then screens them together with GX (`screen`) and
+        # validates alone only the days that screening did not pass.
+        ingested: dict[str, tuple[LakeTable, dg.DataVersion]] = {}
+        for key in keys:
+            if wanted <= recorded.get(key, set()):
+                continue
+            day = _Day(stage, key, True, recorded.get(key, frozenset()))
+            try:
+                ingested[key] = yield from _ingest(context, stage, day)
+            except Refused as exc:
                 refused.append(exc)
+        screened = {}
+        if len(ingested) > 1 and _auditing(context, stage):
+            raws = {key: raw for key, (raw, _) in ingested.items()}
+            screened = screen(raws, expectations, stage.table.contract, stage.partitions_def, refs)
+        for key, (raw, raw_version) in ingested.items():
+            day = _Day(stage, key, True, recorded.get(key, frozenset()))
+            try:
+                for event in _publish(
+                    context, stage, day, expectations, refs, raw, raw_version, screened.get(key)
+                ):
+                    if _recorded_as(event) not in day.recorded:
+                        yield event
+            except Refused as exc:
+                refused.append(exc)
+        for exc in refused:
+            context.log.error(str(exc))
         if refused:
+            refused.sort(key=lambda exc: exc.partition_key)
             raise dg.Failure(
                 description=f"{len(refused)} of {len(keys)} days refused; the others are"
                 " published:\n" + "\n".join(str(exc) for exc in refused),
@@ -316,18 +403,49 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
     return _step
 
 
-def _recorded_in_run(context: dg.AssetExecutionContext, stage: _Stage) -> set[str]:
-    """The days an earlier try of this step recorded whole: each of its selected assets."""
-    records = context.instance.get_records_for_run(
-        context.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
-    ).records
-    recorded: dict[str, set[dg.AssetKey]] = {}
-    for record in records:
-        event = record.asset_materialization
-        if event is not None and event.partition is not None:
-            recorded.setdefault(event.partition, set()).add(event.asset_key)
-    wanted = {stage.raw, stage.validated, stage.quarantined} & context.selected_asset_keys
-    return {day for day, keys in recorded.items() if wanted <= keys}
+def _recorded_in_run(context: dg.AssetExecutionContext) -> dict[str, set[Any]]:
+    """What earlier tries of this run recorded, by day: asset keys materialized and check keys
+    evaluated."""
+    recorded: dict[str, set[Any]] = {}
+    for kind in (
+        dg.DagsterEventType.ASSET_MATERIALIZATION,
+        dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+    ):
+        for record in context.instance.get_records_for_run(context.run_id, of_type=kind).records:
+            event = record.event_log_entry.dagster_event
+            if event is None:
+                continue
+            if event.is_step_materialization:
+                done = event.step_materialization_data.materialization
+                partition, what = done.partition, done.asset_key
+            else:
+                evaluation = event.asset_check_evaluation_data
+                partition, what = evaluation.partition, evaluation.asset_check_key
+            if partition is not None:
+                recorded.setdefault(partition, set()).add(what)
+    return recorded
+
+
+def _wanted(context: dg.AssetExecutionContext, stage: _Stage) -> set[Any]:
+    """What the step records for each day: its selected assets, and its check if selected."""
+    wanted: set[Any] = {stage.raw, stage.validated, stage.quarantined} & context.selected_asset_keys
+    if stage.check in context.selected_asset_check_keys:
+        wanted.add(stage.check)
+    return wanted
+
+
+def _recorded_as(event: Any) -> Any:
+    """The asset or check key an event of `_publish` records a day under."""
+    if isinstance(event, dg.AssetCheckEvaluation):
+        return dg.AssetCheckKey(event.asset_key, event.check_name)
+    return event.asset_key
+
+
+def _auditing(context: dg.AssetExecutionContext, stage: _Stage) -> bool:
+    """Whether the step's selection needs the day audited: its check, or its published rows."""
+    return stage.check in context.selected_asset_check_keys or bool(
+        {stage.validated, stage.quarantined} & context.selected_asset_keys
+    )
 
 
 def _one_day(
@@ -339,36 +457,63 @@ def _one_day(
 ) -> Iterator[Any]:
     """Ingest, audit and publish one day, as far as the step's selection asks; raises Refused
     (after recording the raw day and its check) for a day that is not published."""
+    raw, raw_version = yield from _ingest(context, stage, day)
+    yield from _publish(context, stage, day, expectations, references, raw, raw_version)
+
+
+def _ingest(
+    context: dg.AssetExecutionContext, stage: _Stage, day: _Day
+) -> Generator[Any, None, tuple[LakeTable, dg.DataVersion]]:
+    """The day's raw table, written from its drop and recorded if the step selects it, read
+    from the lake otherwise; raises Refused for a drop the source refuses."""
+    lake: ParquetLake = context.resources.lake
+    key = day.partition_key
+    if stage.raw not in context.selected_asset_keys or stage.raw in day.recorded:
+        raw = lake.table(stage.raw, key)
+        return raw, dg.DataVersion(stored_hash(raw.path) or "")
+    drop = read_drop(getattr(context.resources, source_key(stage.case)), stage.table.contract, key)
+    stored = lake.write(stage.raw, key, Chunks(drop.frames))
+    yield day.materialized(
+        stage.raw, stored.data_version, {**drop_metadata(drop), **stored.metadata}
+    )
+    return stored.table, stored.data_version
+
+
+def _publish(
+    context: dg.AssetExecutionContext,
+    stage: _Stage,
+    day: _Day,
+    expectations: GreatExpectations,
+    references: dict[str, "pd.DataFrame"],
+    raw: LakeTable,
+    raw_version: dg.DataVersion,
+    screened: ValidationReport | None = None,
+) -> Iterator[Any]:
+    """Audit the raw day (unless `screened` already holds its report), record its check, and
+    publish its rows, as far as the step's selection asks; raises Refused for a day that is
+    not published."""
     selected = context.selected_asset_keys
     lake: ParquetLake = context.resources.lake
     contract, key = stage.table.contract, day.partition_key
-    if stage.raw in selected:
-        drop = read_drop(getattr(context.resources, source_key(stage.case)), contract, key)
-        stored = lake.write(stage.raw, key, Chunks(drop.frames))
-        yield day.materialized(
-            stage.raw, stored.data_version, {**drop_metadata(drop), **stored.metadata}
-        )
-        raw, raw_version = stored.table, stored.data_version
-    else:
-        raw = lake.table(stage.raw, key)
-        raw_version = dg.DataVersion(stored_hash(raw.path) or "")
     checking = stage.check in context.selected_asset_check_keys
     publishing = bool({stage.validated, stage.quarantined} & selected)
     if not (checking or publishing):
         return
-    # A range renders Data Docs for its refused days only: a page is the place to read a refusal
-    # from, and rendering one for every passing day of a year would double the backfill's time.
-    report = audit(
-        key,
-        expectations,
-        contract,
-        raw,
-        stage.partitions_def,
-        references,
-        data_docs=checking and not day.ranged,
-    )
-    if checking and day.ranged and not report.passed:
-        report = audit(key, expectations, contract, raw, stage.partitions_def, references)
+    report = screened
+    if report is None:
+        # A range renders Data Docs for its refused days only: a page is the place to read a
+        # refusal from, and one for every passing day of a year would double the backfill's time.
+        report = audit(
+            key,
+            expectations,
+            contract,
+            raw,
+            stage.partitions_def,
+            references,
+            data_docs=checking and not day.ranged,
+        )
+        if checking and day.ranged and not report.passed:
+            report = audit(key, expectations, contract, raw, stage.partitions_def, references)
     if checking:
         yield day.checked(report)
     published, rejected = split(raw, report)  # refuses a day that failed its contract

@@ -17,6 +17,11 @@ is one GX validation, and their results are combined into the report one validat
 whole table would give: counts, samples and row positions add up, the row count is judged on
 the total, and natural keys must be unique across chunks too.
 
+Several days of a table can be screened together (`screen_days`): one pass/fail validation of
+their rows, with each day's event times shifted into one day's window, passes exactly when every
+day would pass alone, and gives each of them the report it would get alone; a range with a
+failure is left to be validated a day at a time, which names each day's broken rules.
+
 GX is imported only inside methods: it takes seconds to import and the code location must load
 without it.
 """
@@ -402,6 +407,62 @@ class GreatExpectations(dg.ConfigurableResource):
         del first, second
         return _combined(contract, reports, keys.duplicated_across_chunks(), chunks)
 
+    def screen_days(
+        self,
+        contract: TableContract,
+        days: Sequence["DayFrame"],
+        *,
+        timezone: str,
+        references: Mapping[str, Sequence[Any]] | None = None,
+    ) -> dict[str, ValidationReport]:
+        """The reports of days that pass every GX rule of `contract`, from one pass/fail
+        screening of the days together instead of one validation per day: what a backfill
+        pays GX's fixed cost for once a range instead of once a day. Each report is the one
+        `validate_partition` gives the day alone (the pandas rules are still taken per day).
+
+        Days screened together (`_joint`) share their columns, dtypes and window length and
+        hold at least the contract's rows; each rule then passes on every day exactly when it
+        passes on their union, the event time shifted by its day's start (`_shifted`). Where
+        any rule fails, or the days cannot be screened together, the days are missing from the
+        result: the caller validates them one at a time, which names each day's failures."""
+        import pandas as pd
+
+        joint = _joint(contract, days)
+        if len(joint) < 2:
+            return {}
+        references = references or {}
+        missing = contract.references - set(references)
+        if missing:
+            raise ValueError(f"{contract.table}: reference sets {sorted(missing)} were not given")
+        start, end = joint[0].window
+        union = pd.concat([day.frame for day in joint], ignore_index=True)
+        parameters: dict[str, Any] = {_WINDOW_START: start, _WINDOW_END: end}
+        parameters.update({_parameter(name): sorted(set(v)) for name, v in references.items()})
+        definition = _validation_definition(self.data_docs_dir, contract)
+        screened = _screen(
+            definition, contract, union, parameters, per_value=_shifted(contract, joint, union)
+        )
+        if not all(outcome.success for outcome in screened):
+            return {}
+        passed = tuple(
+            RuleResult(e.meta[_RULE], e.meta["level"], True, 0, column=e.meta.get("column"))
+            for e in definition.suite.expectations
+        )
+        return {
+            day.partition: ValidationReport(
+                table=contract.table,
+                partition=day.partition,
+                row_count=len(day.frame),
+                max_rejected_share=contract.max_rejected_share,
+                rules=_explained(
+                    passed + _event_time_parts(contract, day.frame, timezone),
+                    day.frame,
+                    set(contract.timestamp_columns),
+                ),
+            )
+            for day in joint
+        }
+
     def _publish(self, context: Any) -> str | None:
         """Render the latest validation into the Data Docs site; its page's URL."""
         identifier = context.validation_results_store.list_keys()[-1]
@@ -417,6 +478,59 @@ class GreatExpectations(dg.ConfigurableResource):
             return None
         page = Path(self.data_docs_dir, "validations", *identifier.to_tuple()).with_suffix(".html")
         return page.as_uri() if page.is_file() else index
+
+
+@dataclass(frozen=True)
+class DayFrame:
+    """One partition's rows and its [start, end) window (UTC-aware), for `screen_days`."""
+
+    partition: str
+    frame: "pd.DataFrame"
+    window: tuple[dt.datetime, dt.datetime]
+
+
+def _joint(contract: TableContract, days: Sequence[DayFrame]) -> list[DayFrame]:
+    """The days that can be screened together, with each rule's verdict on their union true of
+    each day: the largest group with the first such day's columns and dtypes (so the union
+    keeps every value's type) and window length (so one shifted window judges every day), each
+    day holding at least the contract's rows (a count the union cannot judge per day), with
+    unique column names and a UTC-aware event time to shift."""
+    import pandas as pd
+
+    def fits(day: DayFrame) -> bool:
+        frame = day.frame
+        times = frame.get(contract.event_time)
+        return (
+            len(frame) >= max(contract.min_rows, 1)
+            and not frame.columns.has_duplicates
+            and isinstance(times, pd.Series)
+            and isinstance(times.dtype, pd.DatetimeTZDtype)
+        )
+
+    candidates = [day for day in days if fits(day)]
+    groups: dict[tuple[Any, ...], list[DayFrame]] = {}
+    for day in candidates:
+        schema = tuple(zip(day.frame.columns, day.frame.dtypes, strict=True))
+        groups.setdefault((schema, day.window[1] - day.window[0]), []).append(day)
+    return max(groups.values(), key=len, default=[])
+
+
+def _shifted(
+    contract: TableContract, days: Sequence[DayFrame], union: "pd.DataFrame"
+) -> "pd.DataFrame":
+    """`union` with each day's event times moved back by its day's distance from the first
+    day's start: a time is inside its own day's window exactly when the shifted time is inside
+    the first day's (the days are of one length, and the shift is exact in nanoseconds)."""
+    import numpy as np
+    import pandas as pd
+
+    first = days[0].window[0]
+    offsets = np.repeat(
+        np.array([day.window[0] - first for day in days], dtype="timedelta64[ns]"),
+        [len(day.frame) for day in days],
+    )
+    times = union[contract.event_time]
+    return union.assign(**{contract.event_time: times - pd.to_timedelta(offsets)})
 
 
 _DOCS_SITE = "local"
@@ -786,10 +900,16 @@ def _screening(contract: TableContract) -> _Screening:
 
 
 def _screen(
-    definition: Any, contract: TableContract, frame: "pd.DataFrame", parameters: dict[str, Any]
+    definition: Any,
+    contract: TableContract,
+    frame: "pd.DataFrame",
+    parameters: dict[str, Any],
+    per_value: "pd.DataFrame | None" = None,
 ) -> list[Any]:
     """Every rule's pass/fail (GX's BOOLEAN_ONLY results), each part of the suite (`_Screening`)
-    run on its own frame. `frame`'s column names are unique."""
+    run on its own frame: the per-value rules on the distinct values of `per_value` (`frame`
+    unless given: several days' rows with their event times shifted into one window), the
+    others on `frame`'s rows. `frame`'s column names are unique."""
     screening = _screening(contract)
     present = set(frame.columns)
 
@@ -800,7 +920,10 @@ def _screen(
     patterns = frozenset(rule.column for rule in contract.columns if rule.pattern)
     results = []
     for suite, data in (
-        (screening.per_value, _distinct_values(frame, patterns)),
+        (
+            screening.per_value,
+            _distinct_values(frame if per_value is None else per_value, patterns),
+        ),
         (screening.keyed, narrow(contract.natural_key)),
         (screening.conditioned, narrow(screening.condition_columns)),
     ):

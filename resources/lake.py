@@ -180,6 +180,14 @@ class LakeTable:
         with self.path.open("rb") as source:
             return pq.read_metadata(source).num_rows
 
+    @property
+    def row_groups(self) -> int:
+        """How many frames `frames` gives (one for a table of no row groups)."""
+        import pyarrow.parquet as pq
+
+        with self.path.open("rb") as source:
+            return max(pq.read_metadata(source).num_row_groups, 1)
+
 
 @dataclass(frozen=True)
 class LakePartitions:

@@ -388,3 +388,89 @@ def test_distinct_values_keep_what_a_rule_can_tell_apart():
     ]
     assert sorted(map(str, set(map(str, distinct["zero"])))) == ["-0.0", "0.0", "2.5"]
     assert set(distinct["n"]) == {3, 4}
+
+
+RANGE = ["2013-03-08", "2013-03-09", "2013-03-10", "2013-03-11", "2013-03-12"]
+"""Five New York days around the start of daylight time: 2013-03-10 is 23 hours long."""
+
+
+def _day_frames(table: str, days: list[str] = RANGE) -> list[expectations.DayFrame]:
+    def window(day: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+        start = pd.Timestamp(day, tz=DATA_TIMEZONE)
+        return start.tz_convert("UTC"), (start + pd.DateOffset(days=1)).tz_convert("UTC")
+
+    return [expectations.DayFrame(day, bundled_day(table, day), window(day)) for day in days]
+
+
+def _alone(gx: GreatExpectations, table: str, day: expectations.DayFrame) -> ValidationReport:
+    contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
+    return gx.validate_partition(
+        contract,
+        day.frame,
+        partition=day.partition,
+        window=day.window,
+        timezone=DATA_TIMEZONE,
+        references=CARRIERS if contract.references else None,
+    )
+
+
+@pytest.mark.parametrize("table", ["flights", "weather"])
+def test_days_screened_together_get_the_reports_they_get_alone(tmp_path: Path, table: str):
+    """Weather's key holds its event time: the shift that judges each day's window must not
+    reach the key's uniqueness. The 23-hour day cannot share the others' shifted window and is
+    left to be validated alone."""
+    gx = GreatExpectations(data_docs_dir=str(tmp_path), build_data_docs=False)
+    days = _day_frames(table)
+    contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
+
+    reports = gx.screen_days(
+        contract, days, timezone=DATA_TIMEZONE, references=CARRIERS if table == "flights" else None
+    )
+
+    assert sorted(reports) == [day for day in RANGE if day != "2013-03-10"]
+    for day in days:
+        if day.partition in reports:
+            assert reports[day.partition] == _alone(gx, table, day)
+            assert reports[day.partition].passed and not reports[day.partition].failed_rules
+
+
+def _into_the_next_day(frame: pd.DataFrame) -> pd.DataFrame:
+    """Inside the range's window, outside its own day's: only a per-day window catches it."""
+    frame.loc[0, "time_hour"] += pd.Timedelta(days=1)
+    return frame
+
+
+def _a_required_value_missing(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[3, "carrier"] = None
+    return frame
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [_into_the_next_day, _a_required_value_missing, _duplicated_key, _broken_rows],
+    ids=["an event in the next day", "a required value missing", "a key twice", "broken rows"],
+)
+def test_a_range_with_a_broken_day_is_left_to_be_validated_day_by_day(tmp_path: Path, mutate):
+    gx = GreatExpectations(data_docs_dir=str(tmp_path), build_data_docs=False)
+    days = _day_frames("flights", ["2013-03-04", "2013-03-05", "2013-03-06"])
+    days[1] = expectations.DayFrame(days[1].partition, mutate(days[1].frame), days[1].window)
+    assert not _alone(gx, "flights", days[1]).passed or _alone(gx, "flights", days[1]).failed_rules
+
+    assert gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS) == {}
+
+
+def test_days_that_cannot_share_a_screening_are_left_out_of_it(tmp_path: Path):
+    """A day with another column type, or with fewer rows than the contract asks, is for a
+    validation of its own; the other days are still screened together."""
+    gx = GreatExpectations(data_docs_dir=str(tmp_path), build_data_docs=False)
+    days = _day_frames("flights", ["2013-03-04", "2013-03-05", "2013-03-06", "2013-03-07"])
+    mistyped = days[1].frame.astype({"dep_delay": object})
+    mistyped.loc[0, "dep_delay"] = "late"
+    days[1] = expectations.DayFrame(days[1].partition, mistyped, days[1].window)
+    days[2] = expectations.DayFrame(
+        days[2].partition, days[2].frame.head(FLIGHTS.min_rows - 1), days[2].window
+    )
+
+    reports = gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS)
+
+    assert sorted(reports) == ["2013-03-04", "2013-03-07"]
