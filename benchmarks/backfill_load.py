@@ -580,9 +580,11 @@ def _measure(
         argv = [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)]
         return _Process.start("daemon", argv, env, logs / f"daemon-{n}.log")
 
+    # Opened before the daemon starts: two processes creating a fresh SQLite storage at once can
+    # both stamp its schema version ("alembic_version has more than one head").
+    instance = stack.enter_context(dg.DagsterInstance.from_config(str(dagster_home)))
     daemon = start_daemon(1)
     processes.append(daemon)
-    instance = stack.enter_context(dg.DagsterInstance.from_config(str(dagster_home)))
     queue = instance.get_concurrency_config().run_queue_config
     assert queue is not None, "both profiles queue their runs"
     tag_limits = [
