@@ -87,6 +87,12 @@ def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(wor
     inputs = [i for m in lineage.materializations for i in m.inputs]
     assert [i for i in inputs if i.verified is False] == []
     assert any(i.verified for i in inputs if i.partitions and len(i.partitions) > 1)
+    # The registration is named by its storage id in the asset's records (the walk's numbering).
+    (registered,) = lineage.find(asset_name("registered_model"))
+    records = world.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=CASE.key("registered_model")), limit=100
+    ).records
+    assert (registered.storage_id, registered.run_id) in {(r.storage_id, r.run_id) for r in records}
 
 
 def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tmp_path: Path):
