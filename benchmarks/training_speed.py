@@ -293,7 +293,7 @@ def time_run(data: Path, processes: int, threads: int, batch_size: int, epochs: 
                 f"--nproc-per-node={processes}",
                 "-m",
                 "ml.train",
-                *("--data.training_set", str(data), "--output_dir", out),
+                *("--data.training_set", str(data), "--data.label", LABEL, "--output_dir", out),
                 *("--optim.batch_size", str(batch_size), "--optim.max_epochs", str(epochs)),
                 *("--optim.patience_epochs", str(epochs), "--checkpoint_every_steps", "1000000000"),
             ],

@@ -4,30 +4,38 @@
     # layout.processes, layout.threads_per_process, layout.config(config), layout.reason
 
 Every layout with processes x threads = cores is a candidate (on 2 cores: 1 x 2 and 2 x 1). Each
-is measured by a short probe: fresh processes (under torchrun when there are several, gloo as in
+is measured by a probe: fresh processes (under torchrun when there are several, gloo as in
 training) train the real model, on random rows of the training set's shapes, through the
 trainer's own data path and step (`ml.train.epoch_batches`, `train_step`, `data_parallel`), all
-candidates with the same global batch. The fastest wins. Which one wins depends on the machine,
-the model and what else runs: gloo's all-reduce can cost a small model's step as much as its
-arithmetic, while threads of one process wait for each other at every operation, which is slow
-when another job holds a core. The choice is cached in a JSON file, keyed by everything the
-speed depends on, so later launches reuse it without measuring; a measurement taken while other
-work kept the cores busy is used for that launch only.
+candidates with the same global batch. The candidates' processes start together, then take
+turns: one layout trains a block of steps while the others wait idle, in ABBA order, so a load
+that comes or goes while they are measured falls on all of them alike. Each turn is compared
+with the other layouts' turns of the same round, and the layout whose median ratio is highest
+wins; within `CLOSE_CALL` of it, the one with fewer processes wins (a difference that small is
+within the probe's noise, and fewer processes have less to start and nothing to all-reduce).
+Which one wins depends on the machine, the model and what else runs: gloo's all-reduce can cost
+a small model's step as much as its arithmetic, while threads of one process wait for each
+other at every operation, which is slow when another job holds a core. The choice is cached in
+a JSON file, keyed by everything the speed depends on, so later launches reuse it without
+measuring; a measurement taken while other work kept the cores busy is used for that launch
+only.
 
-    python -m ml.layout SPEC OUT    # one probe process (started by `run_probe`)
+    python -m ml.layout SPEC FOLDER    # one probe process (started by `run_probes`)
 """
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -40,11 +48,21 @@ from ml.node import local_command
 
 log = logging.getLogger("ml.layout")
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 """Part of the cache key: a change to how probes measure invalidates what they measured."""
 PROBE_TIMEOUT_S = 300
+"""The longest all candidates' probes may take together, start-up included."""
 QUIET_CORES = 0.25
 """A measurement taken while other work kept more cores than this busy is not cached."""
+CLOSE_CALL = 0.02
+"""Layouts within this fraction of the fastest one's speed (median of the turns' ratios) are a
+close call: the one with the fewest processes wins."""
+POLL_S = 0.02
+"""How often a waiting probe process, and the parent, look for their next instruction: seldom
+enough that their wake-ups take nothing measurable from the layout training meanwhile."""
+
+Name = tuple[int, int]
+"""A layout: (processes, threads per process)."""
 
 
 @dataclass(frozen=True)
@@ -57,23 +75,30 @@ class Probe:
     global_batch_size: int
     config: TrainConfig
     warmup_steps: int = 10
-    steps_per_measure: int = 20
-    measures: int = 5
-    """Timed blocks of `steps_per_measure` steps; the probe's speed is their median."""
+    """Steps of each layout's first turn, untimed (first allocations, lazy initialisation)."""
+    steps_per_turn: int = 25
+    turns: int = 7
+    """Timed turns of each layout, the layouts taking turns; a layout's speed is their median."""
 
 
 @dataclass(frozen=True)
 class Measured:
-    samples_per_s: float
-    """Training rows per second over all processes."""
+    turns: tuple[float, ...]
+    """Training rows per second over all processes in each timed turn, in order: turn i of
+    every layout was taken in the same round, next to the others' turn i."""
     all_reduce_share: float | None
     """Share of a step spent on the gradient all-reduce (several processes), else None."""
     background_cores: float | None = None
     """Cores kept busy by other work while this was measured (where Linux tells), else None."""
 
+    @property
+    def samples_per_s(self) -> float:
+        """The median of the turns' speeds."""
+        return statistics.median(self.turns)
 
-Measure = Callable[[int, int, Probe], Measured]
-"""(processes, threads per process, probe) -> what that layout achieved."""
+
+Measure = Callable[[Sequence[Name], Probe], dict[Name, Measured]]
+"""(the candidate layouts, probe) -> what each achieved, measured taking turns."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +117,7 @@ class Layout:
         return replace(config, optim=replace(config.optim, batch_size=self.batch_size))
 
 
-def candidates(cores: int, global_batch_size: int) -> list[tuple[int, int]]:
+def candidates(cores: int, global_batch_size: int) -> list[Name]:
     """(processes, threads) with processes x threads = cores that split the batch evenly."""
     return [
         (p, cores // p)
@@ -115,7 +140,7 @@ def choose_layout(
 
     `global_batch_size` defaults to `config.optim.batch_size` per core (the all-processes
     layout's global batch); every candidate trains that many rows per step, split evenly over its
-    processes. `measure` defaults to `run_probe` (real processes, seconds each)."""
+    processes. `measure` defaults to `run_probes` (real processes, seconds in all)."""
     if global_batch_size is None:
         global_batch_size = config.optim.batch_size * cores
     if cores < 1:
@@ -138,8 +163,7 @@ def choose_layout(
     cached = _read(cache).get(key)
     if cached is not None:
         return Layout(**cached["layout"])
-    measure = measure or run_probe
-    measured = {(p, t): measure(p, t, probe) for p, t in layouts}
+    measured = (measure or run_probes)(layouts, probe)
     layout = _fastest(measured, global_batch_size)
     log.info("layout of %d core(s): %s", cores, layout.reason)
     if _busy(measured) > QUIET_CORES:  # a transient: the next launch measures again
@@ -154,32 +178,129 @@ def choose_layout(
     return layout
 
 
-def run_probe(processes: int, threads: int, probe: Probe) -> Measured:
-    """Measure one layout in fresh processes: `python -m ml.layout` alone, or under torchrun."""
-    with tempfile.TemporaryDirectory(prefix="layout-probe-") as folder:
-        spec, out = Path(folder) / "spec.json", Path(folder) / "measured.json"
+def run_probes(layouts: Sequence[Name], probe: Probe) -> dict[Name, Measured]:
+    """Measure `layouts` taking turns: each in its own fresh processes (`python -m ml.layout`
+    alone, or under torchrun), all started together, then told one at a time to train a turn
+    of steps while the others wait, in ABBA order."""
+    with tempfile.TemporaryDirectory(prefix="layout-probe-") as folder, _Groups() as groups:
+        before = _cpu_seconds()
+        for processes, threads in layouts:
+            groups.start(processes, threads, probe, Path(folder))
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        seconds: dict[Name, list[float]] = {layout: [] for layout in layouts}
+        for turn in range(probe.turns + 1):  # turn 0: each layout's warm-up
+            kind = "train" if turn else "warmup"
+            for layout in layouts if turn % 2 == 0 else reversed(layouts):
+                seconds[layout].append(groups[layout].turn(kind, deadline))
+        alone = {
+            (p, t): groups[(p, t)].turn("alone", deadline) for p, t in layouts if p > 1
+        }  # the same steps without the all-reduce: what it costs
+        groups.stop(deadline)
+        after = _cpu_seconds()
+    background = None
+    if before is not None and after is not None:
+        wall, busy, ours = (b - a for a, b in zip(before, after, strict=True))
+        background = max(busy - ours, 0.0) / wall
+    rows = probe.steps_per_turn * probe.global_batch_size
+    measured = {}
+    for layout, (_, *timed) in seconds.items():
+        synced = statistics.median(timed)
+        share = None
+        if layout in alone:
+            share = min(max(1 - alone[layout] / synced, 0.0), 1.0)
+        measured[layout] = Measured(tuple(rows / s for s in timed), share, background)
+    return measured
+
+
+class _Group:
+    """The processes of one layout's probe, and the files it is told its turns through: the
+    parent writes `turn` (number and kind), the main process answers with `done` (number and
+    seconds)."""
+
+    def __init__(self, processes: int, threads: int, probe: Probe, folder: Path):
+        self.name = _name(processes, threads)
+        self.folder = folder
+        self.number = 0
+        folder.mkdir()
+        spec = folder / "spec.json"
         spec.write_text(json.dumps(asdict(probe) | {"threads": threads}))
         # Several processes run as training does, under `ml.node` (on the loopback only).
         launcher = local_command(processes) if processes > 1 else [sys.executable]
-        before = _cpu_seconds()
-        done = subprocess.run(
-            [*launcher, "-m", "ml.layout", str(spec), str(out)],
+        self.output = (folder / "output.txt").open("w")
+        self.process = subprocess.Popen(
+            [*launcher, "-m", "ml.layout", str(spec), str(folder)],
             env={**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killed whole on a failure
         )
-        after = _cpu_seconds()
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"the layout probe {_name(processes, threads)} failed (exit {done.returncode}):"
-                f" {done.stderr[-2000:]}"
-            )
-        measured = Measured(**json.loads(out.read_text()))
-        if before is None or after is None:
-            return measured
-        wall, busy, ours = (b - a for a, b in zip(before, after, strict=True))
-        return replace(measured, background_cores=max(busy - ours, 0.0) / wall)
+
+    def tell(self, kind: str) -> None:
+        """Tell the processes to take their next turn: warmup, train, alone (without the
+        all-reduce) or stop."""
+        self.number += 1
+        _replace(self.folder / "turn", f"{self.number} {kind}")
+
+    def turn(self, kind: str, deadline: float) -> float:
+        """The seconds the processes took for their next turn of `kind`."""
+        self.tell(kind)
+        done = self.folder / "done"
+        while True:
+            answer = done.read_text().split() if done.is_file() else []
+            if answer and int(answer[0]) == self.number:
+                return float(answer[1])
+            if self.process.poll() is not None:
+                self.fail(f"exit {self.process.returncode}")
+            if time.monotonic() > deadline:
+                self.fail(f"no answer within {PROBE_TIMEOUT_S} s")
+            time.sleep(POLL_S)
+
+    def fail(self, why: str) -> None:
+        self.output.flush()
+        text = (self.folder / "output.txt").read_text()[-2000:]
+        raise RuntimeError(f"the layout probe {self.name} failed ({why}): {text}")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.output.close()
+
+
+class _Groups(contextlib.AbstractContextManager):
+    """Every layout's group; on leaving, any process still running is killed."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Name, _Group] = {}
+
+    def start(self, processes: int, threads: int, probe: Probe, folder: Path) -> None:
+        name = _name(processes, threads, short=True)
+        self.groups[(processes, threads)] = _Group(processes, threads, probe, folder / name)
+
+    def __getitem__(self, layout: Name) -> _Group:
+        return self.groups[layout]
+
+    def stop(self, deadline: float) -> None:
+        """Tell every group to end, and wait until they have (their CPU time is then counted
+        as this process's children's)."""
+        for group in self.groups.values():
+            group.tell("stop")
+        for group in self.groups.values():
+            code = group.process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+            if code != 0:
+                group.fail(f"exit {code}")
+
+    def __exit__(self, *exc_info: object) -> None:
+        for group in self.groups.values():
+            group.kill()
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `path` whole (a temp file renamed): a reader polling it never sees half of it."""
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
 
 
 def _cpu_seconds() -> tuple[float, float, float] | None:
@@ -196,39 +317,63 @@ def _cpu_seconds() -> tuple[float, float, float] | None:
     return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), ours
 
 
-def _busy(measured: dict[tuple[int, int], Measured]) -> float:
+def _busy(measured: dict[Name, Measured]) -> float:
     return max((m.background_cores or 0.0 for m in measured.values()), default=0.0)
 
 
-def _fastest(measured: dict[tuple[int, int], Measured], global_batch_size: int) -> Layout:
-    # Ties go to fewer processes: no process group, nothing to all-reduce.
-    (processes, threads), best = max(
-        measured.items(), key=lambda item: (item[1].samples_per_s, -item[0][0])
-    )
+def relative_speeds(measured: dict[Name, Measured]) -> dict[Name, float]:
+    """Each layout's speed relative to the others', measured side by side: in every round, its
+    turn's speed ÷ the mean of all layouts' turns of that round; the median over the rounds.
+    A load, or the machine's drift, that slows a whole round does not count."""
+    rounds = min(len(m.turns) for m in measured.values())
+    if rounds == 0:
+        raise ValueError("no timed turns to compare")
+    return {
+        layout: statistics.median(
+            m.turns[r] / statistics.fmean(other.turns[r] for other in measured.values())
+            for r in range(rounds)
+        )
+        for layout, m in measured.items()
+    }
+
+
+def _fastest(measured: dict[Name, Measured], global_batch_size: int) -> Layout:
+    relative = relative_speeds(measured)
+    fastest = max(relative, key=lambda layout: relative[layout])
+    # A close call goes to the fewest processes: no process group, nothing to all-reduce.
+    close = [
+        layout for layout in relative if relative[layout] >= relative[fastest] * (1 - CLOSE_CALL)
+    ]
+    processes, threads = min(close, key=lambda layout: (layout[0], -relative[layout]))
+    best = measured[(processes, threads)]
     others = ", ".join(
         f"{m.samples_per_s:,.0f} for {_name(p, t)}"
         for (p, t), m in measured.items()
         if (p, t) != (processes, threads)
     )
-    shares = [
+    turns = min(len(m.turns) for m in measured.values())
+    notes = [f"global batch {global_batch_size:,}", f"medians of {turns} turns taken alternately"]
+    if (processes, threads) != fastest:
+        ahead = relative[fastest] / relative[(processes, threads)] - 1
+        notes.append(
+            f"{_name(*fastest)} measured {ahead:.1%} faster: within {CLOSE_CALL:.0%}, a close"
+            " call, which fewer processes win"
+        )
+    notes += [
         f"the gradient all-reduce is {m.all_reduce_share:.0%} of a {p}-process step"
         for (p, _), m in measured.items()
         if m.all_reduce_share is not None
     ]
     busy = _busy(measured)
-    loaded = (
-        [f"measured while other work kept {busy:.1f} cores busy, so not cached"]
-        if busy > QUIET_CORES
-        else []
-    )
-    why = "; ".join([f"global batch {global_batch_size:,}", *shares, *loaded])
+    if busy > QUIET_CORES:
+        notes.append(f"measured while other work kept {busy:.1f} cores busy, so not cached")
     return Layout(
         processes=processes,
         threads_per_process=threads,
         batch_size=global_batch_size // processes,
         samples_per_s={_name(p, t, short=True): m.samples_per_s for (p, t), m in measured.items()},
         reason=f"{_name(processes, threads)}: {best.samples_per_s:,.0f} samples/s vs {others}"
-        f" ({why})",
+        f" ({'; '.join(notes)})",
     )
 
 
@@ -292,8 +437,22 @@ def _write(cache: Path, entries: dict) -> None:
     os.replace(temp, cache)
 
 
-def _run_probe(spec: dict, out: Path) -> None:
-    """One probe process: `ml.train`'s loop on random rows of the probe's shapes, timed."""
+def _next_turn(path: Path, last: int) -> tuple[int, str]:
+    """The number and kind of the turn after `last` that the parent writes to `path`."""
+    deadline = time.monotonic() + PROBE_TIMEOUT_S  # the parent is gone: do not wait forever
+    while time.monotonic() < deadline:
+        text = path.read_text().split() if path.is_file() else []
+        if text and int(text[0]) > last:
+            return int(text[0]), text[1]
+        time.sleep(POLL_S)
+    raise TimeoutError(f"no turn after {last} within {PROBE_TIMEOUT_S} s")
+
+
+def _run_probe(spec: dict, folder: Path) -> None:
+    """One probe process: `ml.train`'s loop on random rows of the probe's shapes, a turn of
+    steps each time the parent says so (`_Group`), timed by the main process."""
+    import torch.distributed as dist
+
     from ml.model import TabularNet
     from ml.train import (
         autocast_dtype,
@@ -320,7 +479,7 @@ def _run_probe(spec: dict, out: Path) -> None:
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        total = probe.warmup_steps + 2 * probe.measures * probe.steps_per_measure
+        total = probe.warmup_steps + (probe.turns + 2) * probe.steps_per_turn
         scheduler = warmup_cosine(optimizer, total, config.optim.warmup_fraction)
         ddp = data_parallel(model, ranks)
         ddp.train()
@@ -335,24 +494,28 @@ def _run_probe(spec: dict, out: Path) -> None:
 
         feed = batches()
 
-        def seconds(steps: int) -> float:
+        def seconds(steps: int, synced: bool) -> float:
+            """The steps of one turn, from when every process has started it until every one
+            has ended it."""
+            if ranks.world_size > 1:
+                dist.barrier()
             began = time.perf_counter()
-            for _ in range(steps):
-                train_step(ddp, optimizer, scheduler, autocast, *next(feed)).item()
+            with contextlib.nullcontext() if synced else ddp.no_sync():  # type: ignore[operator]
+                for _ in range(steps):
+                    train_step(ddp, optimizer, scheduler, autocast, *next(feed)).item()
+            if ranks.world_size > 1:
+                dist.barrier()
             return time.perf_counter() - began
 
-        seconds(probe.warmup_steps)
-        synced = statistics.median(seconds(probe.steps_per_measure) for _ in range(probe.measures))
-        share = None
-        if ranks.world_size > 1:  # the same steps without the all-reduce: what it costs
-            with ddp.no_sync():  # type: ignore[operator]
-                alone = statistics.median(
-                    seconds(probe.steps_per_measure) for _ in range(probe.measures)
-                )
-            share = min(max(1 - alone / synced, 0.0), 1.0)
-        if ranks.is_main:
-            samples_per_s = probe.steps_per_measure * probe.global_batch_size / synced
-            out.write_text(json.dumps(asdict(Measured(samples_per_s, share))))
+        number = 0
+        while True:
+            number, kind = _next_turn(folder / "turn", number)
+            if kind == "stop":
+                break
+            steps = probe.warmup_steps if kind == "warmup" else probe.steps_per_turn
+            took = seconds(steps, synced=kind != "alone")
+            if ranks.is_main:
+                _replace(folder / "done", f"{number} {took!r}")
 
 
 def _random_rows(probe: Probe) -> Tensors:

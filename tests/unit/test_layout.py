@@ -7,7 +7,15 @@ import pandas as pd
 import pytest
 
 from ml.config import ModelConfig, OptimConfig, TrainConfig
-from ml.layout import Layout, Measured, Probe, candidates, choose_layout
+from ml.layout import (
+    CLOSE_CALL,
+    Layout,
+    Measured,
+    Probe,
+    candidates,
+    choose_layout,
+    relative_speeds,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -26,18 +34,30 @@ def write_training_set(path: Path, carriers: int = 4) -> Path:
     return path
 
 
-class Fake:
-    """A measuring function with set speeds per (processes, threads), recording its calls."""
+Turns = float | tuple[float, ...]
 
-    def __init__(self, speeds: dict[tuple[int, int], float], background_cores: float = 0.0):
+
+class Fake:
+    """A measuring function with set speeds per (processes, threads): one speed for every turn,
+    or each turn's; it records the layouts of each call, and each layout measured."""
+
+    def __init__(self, speeds: dict[tuple[int, int], Turns], background_cores: float = 0.0):
         self.speeds = speeds
         self.background_cores = background_cores
+        self.measures: list[list[tuple[int, int]]] = []
         self.calls: list[tuple[int, int, Probe]] = []
 
-    def __call__(self, processes: int, threads: int, probe: Probe) -> Measured:
-        self.calls.append((processes, threads, probe))
-        share = 0.4 if processes > 1 else None
-        return Measured(self.speeds[(processes, threads)], share, self.background_cores)
+    def __call__(self, layouts, probe: Probe) -> dict[tuple[int, int], Measured]:
+        self.measures.append(list(layouts))
+        self.calls += [(p, t, probe) for p, t in layouts]
+        return {
+            (p, t): Measured(self.turns(p, t, probe), 0.4 if p > 1 else None, self.background_cores)
+            for p, t in layouts
+        }
+
+    def turns(self, processes: int, threads: int, probe: Probe) -> tuple[float, ...]:
+        speed = self.speeds[(processes, threads)]
+        return speed if isinstance(speed, tuple) else (speed,) * probe.turns
 
 
 @pytest.fixture
@@ -61,6 +81,7 @@ def test_the_faster_layout_is_chosen_with_the_same_global_batch_and_says_why(
     assert layout.samples_per_s == {"1x2": 18_400.0, "2x1": 12_900.0}
     assert layout.reason.startswith("1 process x 2 threads: 18,400 samples/s vs 12,900 for 2")
     assert "global batch 1,024" in layout.reason and "all-reduce is 40%" in layout.reason
+    assert fake.measures == [[(1, 2), (2, 1)]]  # measured together, taking turns
     probes = [probe for _, _, probe in fake.calls]
     assert all(p.global_batch_size == 1024 for p in probes)
     assert probes[0].numeric_width == 2 and probes[0].cardinalities == (5,)  # 4 carriers + unknown
@@ -78,6 +99,51 @@ def test_a_tie_goes_to_fewer_processes(training_set, tmp_path):
     fake = Fake({(1, 2): 10_000.0, (2, 1): 10_000.0})
     layout = choose_layout(2, training_set, TrainConfig(), cache=tmp_path / "c.json", measure=fake)
     assert layout.processes == 1
+
+
+@pytest.mark.parametrize(
+    ("ddp_ahead", "processes"),
+    [(0.5 * CLOSE_CALL, 1), (0.9 * CLOSE_CALL, 1), (1.5 * CLOSE_CALL, 2), (0.10, 2)],
+)
+def test_a_close_call_goes_to_fewer_processes_and_a_clear_lead_to_the_faster(
+    training_set, tmp_path, ddp_ahead, processes
+):
+    fake = Fake({(1, 2): 10_000.0, (2, 1): 10_000.0 * (1 + ddp_ahead)})
+    layout = choose_layout(2, training_set, TrainConfig(), cache=tmp_path / "c.json", measure=fake)
+    assert layout.processes == processes
+    if processes == 1:
+        assert f"2 processes x 1 thread measured {ddp_ahead:.1%} faster" in layout.reason
+        assert "a close call, which fewer processes win" in layout.reason
+
+
+def test_the_layout_faster_in_most_rounds_wins_whatever_the_load_of_each_round(
+    training_set, tmp_path
+):
+    # Turn i of both layouts was taken in the same round. Rounds 2 and 4 ran beside other work,
+    # which slowed both layouts alike; in rounds 6 and 7 a burst fell on 1x2's turns alone.
+    # 1x2 is 10% faster in five rounds of seven, though the medians of each layout's own turns
+    # would have 2x1 ahead (9.5 against 9.0).
+    threads = (18.0, 9.0, 18.0, 9.0, 18.0, 6.0, 6.0)
+    ddp = (16.4, 8.2, 16.4, 8.2, 16.4, 9.5, 9.5)
+    fake = Fake({(1, 2): threads, (2, 1): ddp})
+    layout = choose_layout(2, training_set, TrainConfig(), cache=tmp_path / "c.json", measure=fake)
+    assert layout.processes == 1
+    assert "medians of 7 turns taken alternately" in layout.reason
+    relative = relative_speeds({(1, 2): Measured(threads, None), (2, 1): Measured(ddp, None)})
+    assert relative[(1, 2)] / relative[(2, 1)] == pytest.approx(18.0 / 16.4)
+
+
+def test_relative_speeds_compare_the_turns_of_each_round():
+    measured = {
+        (1, 2): Measured((10.0, 5.0, 10.0), None),
+        (2, 1): Measured((9.0, 6.0, 11.0), None),
+    }
+    relative = relative_speeds(measured)
+    # per round: 10 / 9.5, 5 / 5.5, 10 / 10.5 -> median 10 / 10.5; and 9 / 9.5, 6 / 5.5, ...
+    assert relative[(1, 2)] == pytest.approx(10.0 / 10.5)
+    assert relative[(2, 1)] == pytest.approx(11.0 / 10.5)
+    with pytest.raises(ValueError, match="no timed turns"):
+        relative_speeds({(1, 2): Measured((), None), (2, 1): Measured((), None)})
 
 
 def test_a_later_launch_reuses_the_measurement_until_what_it_depends_on_changes(
@@ -132,7 +198,7 @@ def test_a_corrupt_cache_is_measured_again_and_replaced(training_set, tmp_path):
 
 
 def test_a_single_layout_needs_no_measurement(training_set, tmp_path):
-    def never(processes: int, threads: int, probe: Probe) -> Measured:
+    def never(layouts, probe: Probe) -> dict[tuple[int, int], Measured]:
         raise AssertionError("measured")
 
     layout = choose_layout(1, training_set, TrainConfig(), cache=tmp_path / "c.json", measure=never)
