@@ -90,14 +90,10 @@ def load_model(folder: Path):
 
 
 def session(path: Path, threads: int):
-    import onnxruntime as ort
+    """The session serving builds (`ml.predict.open_session`), of the graph at `path`."""
+    from ml.predict import open_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return open_session(path, threads=threads)
 
 
 def features(folder: Path, rows: int) -> pd.DataFrame:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,6 +25,7 @@ from ml.predict import (
     GrowingHistogram,
     ModelIntegrityError,
     Scorer,
+    open_session,
     parquet_batches,
     score_to_parquet,
 )
@@ -73,6 +75,19 @@ def test_a_wrong_sha256_is_refused_before_the_file_is_parsed(model_path, tmp_pat
     assert hashlib.sha256(b"not an onnx model").hexdigest() in str(refused.value)
     right = hashlib.sha256(model_path.read_bytes()).hexdigest()
     assert Scorer.load(model_path, expected_sha256=right).sha256 == right
+
+
+def test_a_file_and_its_bytes_open_the_same_serving_session(model_path, frame):
+    by_path = open_session(model_path, threads=1)
+    loaded = Scorer.load(model_path, threads=1)  # from the bytes it checked
+    for session in (by_path, loaded.session):
+        options = session.get_session_options()
+        assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 1
+        assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+        assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    inputs = loaded.inputs(frame)
+    (scores,) = by_path.run(None, inputs)
+    np.testing.assert_array_equal(scores, loaded.run(inputs))
 
 
 def test_the_scorer_reads_the_feature_order_and_refuses_missing_columns(scorer, frame):
