@@ -94,10 +94,10 @@ def screen(
     for key, raw in days.items():
         if raw.row_groups != 1:
             continue
-        if rows + raw.rows > SCREEN_TOGETHER_ROWS and batches[-1]:
+        frame = next(raw.frames())
+        if rows + len(frame) > SCREEN_TOGETHER_ROWS and batches[-1]:
             batches.append([])
             rows = 0
-        frame = next(raw.frames())
         batches[-1].append(DayFrame(key, frame, _window(partitions_def, key)))
         rows += len(frame)
     sets = _reference_sets(contract, references)
@@ -363,21 +363,20 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
             return
         # A range ingests every day first, then screens them together with GX (`screen`) and
         # validates alone only the days that screening did not pass.
-        ingested: dict[str, tuple[LakeTable, dg.DataVersion]] = {}
+        ingested: dict[str, tuple[_Day, LakeTable, dg.DataVersion]] = {}
         for key in keys:
             if wanted <= recorded.get(key, set()):
                 continue
             day = _Day(stage, key, True, recorded.get(key, frozenset()))
             try:
-                ingested[key] = yield from _ingest(context, stage, day)
+                ingested[key] = (day, *(yield from _ingest(context, stage, day)))
             except Refused as exc:
                 refused.append(exc)
         screened = {}
         if len(ingested) > 1 and _auditing(context, stage):
-            raws = {key: raw for key, (raw, _) in ingested.items()}
+            raws = {key: raw for key, (_, raw, _) in ingested.items()}
             screened = screen(raws, expectations, stage.table.contract, stage.partitions_def, refs)
-        for key, (raw, raw_version) in ingested.items():
-            day = _Day(stage, key, True, recorded.get(key, frozenset()))
+        for key, (day, raw, raw_version) in ingested.items():
             try:
                 for event in _publish(
                     context, stage, day, expectations, refs, raw, raw_version, screened.get(key)

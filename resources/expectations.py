@@ -298,13 +298,8 @@ class GreatExpectations(dg.ConfigurableResource):
         """
         import great_expectations as gx
 
-        references = references or {}
-        missing = contract.references - set(references)
-        if missing:
-            raise ValueError(f"{contract.table}: reference sets {sorted(missing)} were not given")
+        parameters = _suite_parameters(contract, window, references)
         frame = frame.reset_index(drop=True)
-        parameters: dict[str, Any] = {_WINDOW_START: window[0], _WINDOW_END: window[1]}
-        parameters.update({_parameter(name): sorted(set(v)) for name, v in references.items()})
 
         context = _gx_context(self.data_docs_dir)
         definition = _validation_definition(self.data_docs_dir, contract)
@@ -430,14 +425,8 @@ class GreatExpectations(dg.ConfigurableResource):
         joint = _joint(contract, days)
         if len(joint) < 2:
             return {}
-        references = references or {}
-        missing = contract.references - set(references)
-        if missing:
-            raise ValueError(f"{contract.table}: reference sets {sorted(missing)} were not given")
-        start, end = joint[0].window
+        parameters = _suite_parameters(contract, joint[0].window, references)
         union = pd.concat([day.frame for day in joint], ignore_index=True)
-        parameters: dict[str, Any] = {_WINDOW_START: start, _WINDOW_END: end}
-        parameters.update({_parameter(name): sorted(set(v)) for name, v in references.items()})
         definition = _validation_definition(self.data_docs_dir, contract)
         screened = _screen(
             definition, contract, union, parameters, per_value=_shifted(contract, joint, union)
@@ -480,6 +469,22 @@ class GreatExpectations(dg.ConfigurableResource):
         return page.as_uri() if page.is_file() else index
 
 
+def _suite_parameters(
+    contract: TableContract,
+    window: tuple[dt.datetime, dt.datetime],
+    references: Mapping[str, Sequence[Any]] | None,
+) -> dict[str, Any]:
+    """The suite's parameters for one window: its bounds and the contract's reference sets
+    (every set its `allowed_from` rules name must be given)."""
+    references = references or {}
+    missing = contract.references - set(references)
+    if missing:
+        raise ValueError(f"{contract.table}: reference sets {sorted(missing)} were not given")
+    parameters: dict[str, Any] = {_WINDOW_START: window[0], _WINDOW_END: window[1]}
+    parameters.update({_parameter(name): sorted(set(v)) for name, v in references.items()})
+    return parameters
+
+
 @dataclass(frozen=True)
 class DayFrame:
     """One partition's rows and its [start, end) window (UTC-aware), for `screen_days`."""
@@ -491,10 +496,10 @@ class DayFrame:
 
 def _joint(contract: TableContract, days: Sequence[DayFrame]) -> list[DayFrame]:
     """The days that can be screened together, with each rule's verdict on their union true of
-    each day: the largest group with the first such day's columns and dtypes (so the union
-    keeps every value's type) and window length (so one shifted window judges every day), each
-    day holding at least the contract's rows (a count the union cannot judge per day), with
-    unique column names and a UTC-aware event time to shift."""
+    each day: the largest group of days with the same columns and dtypes (so the union keeps
+    every value's type) and window length (so one shifted window judges every day), each day
+    holding at least the contract's rows (a count the union cannot judge per day), with unique
+    column names and a UTC-aware event time to shift."""
     import pandas as pd
 
     def fits(day: DayFrame) -> bool:
