@@ -5,7 +5,9 @@ The logic is in `ml/features.py` and `ml/dataset.py`; Feast sits behind `FeastFe
 """
 
 import datetime as dt
+import hashlib
 import warnings
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -13,11 +15,14 @@ from pydantic import create_model
 
 from assets import EXTERNAL_RETRY
 from assets.pods import FEATURES as FEATURES_POD
+from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_POINTER_TAG, INPUT_VERSION_TAG
 from assets.usecase import Day, FeatureTableSpec, Lookup, Trailing, UseCase, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
-from resources.lake import Chunks, LakePartitions, LakeTable
+from resources.lake import Chunks, LakePartitions, ParquetLake, stored_hash
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ml.features import TableStream
 
 FEATURES = "features"
@@ -28,6 +33,10 @@ REGISTRY_POOL = "feast_registry"
 # Days before the first partition do not exist: early days get a shorter history, not an error.
 warnings.filterwarnings(
     "ignore", message=".*allow_nonexistent_upstream_partitions", category=dg.BetaWarning
+)
+# Ranged steps are what let a backfill build a year of features in one run (FEATURES_BACKFILL).
+warnings.filterwarnings(
+    "ignore", message="Parameter `backfill_policy` of function `asset`", category=dg.BetaWarning
 )
 
 
@@ -43,31 +52,57 @@ def _slot(table: str) -> str:
     return f"{table}_published"
 
 
+def _reach(spec: FeatureTableSpec) -> dict[str, tuple[int, bool]]:
+    """For each event table `spec` reads: how many days before the day it reads back, and
+    whether it reads the day itself."""
+    reach: dict[str, tuple[int, bool]] = {}
+    for source in spec.inputs.values():
+        if isinstance(source, Lookup):
+            continue
+        days, today = reach.get(source.table, (0, False))
+        if isinstance(source, Trailing):
+            reach[source.table] = (max(days, source.days), today)
+        else:
+            reach[source.table] = (days, True)
+    return reach
+
+
 def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]:
     """The step's inputs: one per dimension table, and one per published event table, however
     many of the declared inputs read it (Dagster keys a step's inputs by asset, so the day and a
     trailing window of one table are one input: the window with the day at its end)."""
-    ins: dict[str, dg.AssetIn] = {}
-    tables: dict[str, list[Day | Trailing]] = {}
-    for name, source in spec.inputs.items():
-        if isinstance(source, Lookup):
-            ins[name] = dg.AssetIn(case.key(source.table))
-        else:
-            tables.setdefault(source.table, []).append(source)
-    for table, sources in tables.items():
-        key = case.key(f"validated_{table}")
-        days = max((s.days for s in sources if isinstance(s, Trailing)), default=0)
-        today = any(isinstance(s, Day) for s in sources)
-        if not days:
-            ins[_slot(table)] = dg.AssetIn(key, dagster_type=LakeTable)
-            continue
-        window = dg.TimeWindowPartitionMapping(
-            start_offset=-days,
-            end_offset=0 if today else -1,
-            allow_nonexistent_upstream_partitions=True,  # before the first day: a shorter window
+    ins: dict[str, dg.AssetIn] = {
+        name: dg.AssetIn(case.key(source.table))
+        for name, source in spec.inputs.items()
+        if isinstance(source, Lookup)
+    }
+    for table, (days, today) in _reach(spec).items():
+        window = None
+        if days:
+            window = dg.TimeWindowPartitionMapping(
+                start_offset=-days,
+                end_offset=0 if today else -1,
+                # before the first day: a shorter window
+                allow_nonexistent_upstream_partitions=True,
+            )
+        ins[_slot(table)] = dg.AssetIn(
+            case.key(f"validated_{table}"), partition_mapping=window, dagster_type=LakePartitions
         )
-        ins[_slot(table)] = dg.AssetIn(key, partition_mapping=window, dagster_type=LakePartitions)
     return ins
+
+
+def _shifted(day: str, days: int) -> str:
+    return (partition_day(day) + dt.timedelta(days=days)).isoformat()
+
+
+def day_share(spec: FeatureTableSpec, inputs: dict[str, Any], day: str) -> dict[str, Any]:
+    """The inputs of one day of a step that runs a range: each event table's partitions cut
+    to what that day reads; raises the not-materialized error of a day it needs and lacks."""
+    share = dict(inputs)
+    for table, (days, today) in _reach(spec).items():
+        value: LakePartitions = inputs[_slot(table)]
+        share[_slot(table)] = value.between(_shifted(day, -days), _shifted(day, 0 if today else -1))
+    return share
 
 
 def table_arguments(spec: FeatureTableSpec, inputs: dict[str, Any]) -> tuple[dict, dict]:
@@ -92,33 +127,191 @@ def table_arguments(spec: FeatureTableSpec, inputs: dict[str, Any]) -> tuple[dic
     return arguments, metadata
 
 
+CODE_VERSION = "1"
+FEATURES_BACKFILL = dg.BackfillPolicy.single_run()
+"""A backfill builds its feature tables in one run, launched once their days are published.
+Dagster puts a child in its parent's run only when both have the same policy, so they never
+share an event table's run (`BackfillPolicy.multi_run`): a day refused there holds back only the
+feature days that read it, not the rest of its range."""
+
+
 def _feature_table(case: UseCase, spec: FeatureTableSpec) -> dg.AssetsDefinition:
     """A daily table in the lake, built by the declaration's Dagster-free `build` from the
-    day's inputs: published rows a row group at a time, trailing days, dimension tables."""
+    day's inputs: published rows a row group at a time, trailing days, dimension tables. A step
+    of a range builds and records each day on its own (`_feature_days`)."""
+    key = case.key(spec.name)
 
     @dg.asset(
-        key=case.key(spec.name),
+        key=key,
         description=spec.description,
         ins=table_inputs(case, spec),
         partitions_def=case.partitions.definition(),
-        code_version="1",
+        backfill_policy=FEATURES_BACKFILL,
+        code_version=CODE_VERSION,
         group_name=case.group(FEATURES),
         kinds=KINDS,
         io_manager_key="lake",
+        output_required=False,
+        required_resource_keys={"lake"},
         op_tags=FEATURES_POD,
     )
     def _table(context: dg.AssetExecutionContext, **inputs: Any):
         from ml.features import FeatureTable
 
+        if not context.has_partition_key:
+            yield from _feature_days(context, case, spec, inputs)
+            return
         arguments, read = table_arguments(spec, inputs)
         context.add_output_metadata(read)
         built = spec.build(partition_day(context.partition_key), **arguments)
         if isinstance(built, FeatureTable):
             context.add_output_metadata(dict(built.counts))
-            return built.frame
-        return _streamed(built)
+            yield dg.Output(built.frame)
+            return
+        yield dg.Output(_streamed(built))
 
     return _table
+
+
+def _feature_days(
+    context: dg.AssetExecutionContext,
+    case: UseCase,
+    spec: FeatureTableSpec,
+    inputs: dict[str, Any],
+) -> Iterator[dg.AssetMaterialization]:
+    """Each day of a range built, written and recorded as its own partition, with the versions
+    Dagster records for a step of one day. A day whose published rows (or trailing days) are
+    missing is refused alone; the step fails after the others, naming it."""
+    from ml.features import FeatureTable
+
+    lake: ParquetLake = context.resources.lake
+    key = case.key(spec.name)
+    lookups = _lookup_tags(context, case, spec)
+    together = _built_together(spec, inputs, context.partition_keys, case.partitions.timezone)
+    hashes: dict[str, str] = {}  # each input file's content hash, read once for the range
+    refused: list[str] = []
+    for day in context.partition_keys:
+        try:
+            share = day_share(spec, inputs, day)
+        except FileNotFoundError as missing:
+            refused.append(f"{day}: {missing}")
+            continue
+        arguments, read = table_arguments(spec, share)  # the day's inputs, unread
+        if day in together:
+            table, counts = together[day]
+        else:
+            built = spec.build(partition_day(day), **arguments)
+            table = built.frame if isinstance(built, FeatureTable) else _streamed(built)
+            counts = dict(built.counts) if isinstance(built, FeatureTable) else {}
+        stored = lake.write(key, day, table)
+        tags = {DATA_VERSION_TAG: stored.data_version.value, CODE_VERSION_TAG: CODE_VERSION}
+        tags |= _input_tags(case, spec, share, lookups, hashes)
+        yield dg.AssetMaterialization(
+            key, partition=day, metadata={**read, **counts, **stored.metadata}, tags=tags
+        )
+    if refused:
+        raise dg.Failure(
+            description=f"{key.to_user_string()}: {len(refused)} of"
+            f" {len(context.partition_keys)} days not built, their input is not published:\n"
+            + "\n".join(refused),
+            metadata={"refused_partitions": [r.split(":", 1)[0] for r in refused]},
+            allow_retries=False,
+        )
+
+
+def _built_together(
+    spec: FeatureTableSpec, inputs: dict[str, Any], days: Sequence[str], timezone: str
+) -> dict[str, tuple["pd.DataFrame", dict[str, int]]]:
+    """The rows of each day of the range that `spec.build_days` built with the other days of
+    its stretch (consecutive days whose inputs are all published), and the stretch's counts
+    (named `range_<count>`): one call and one read of the shared history a stretch. Empty when
+    the declaration has no `build_days`; a day left out is built alone (or refused alone)."""
+    if spec.build_days is None:
+        return {}
+    stretches: list[list[str]] = [[]]
+    for day in days:
+        try:
+            day_share(spec, inputs, day)
+        except FileNotFoundError:
+            stretches.append([])
+            continue
+        stretches[-1].append(day)
+    built = {}
+    for stretch in stretches:
+        if len(stretch) > 1:
+            built |= _build_stretch(spec, inputs, stretch, timezone)
+    return built
+
+
+def _build_stretch(
+    spec: FeatureTableSpec, inputs: dict[str, Any], days: Sequence[str], timezone: str
+) -> dict[str, tuple["pd.DataFrame", dict[str, int]]]:
+    from ml.features import EVENT_TIMESTAMP
+
+    assert spec.build_days is not None
+    first, last = days[0], days[-1]
+    arguments: dict[str, Any] = {}
+    for name, source in spec.inputs.items():
+        if isinstance(source, Lookup):
+            arguments[name] = inputs[name]
+            continue
+        value: LakePartitions = inputs[_slot(source.table)]
+        if isinstance(source, Day):
+            arguments[name] = value.between(first, last).frames()
+            continue
+        window = value.between(_shifted(first, -source.days), _shifted(last, -1))
+        arguments[name] = window.frames(list(source.columns))
+    built = spec.build_days([partition_day(day) for day in days], **arguments)
+    counts = {f"range_{name}": count for name, count in built.counts.items()}
+    stamped = built.frame[EVENT_TIMESTAMP].dt.tz_convert(timezone).dt.strftime("%Y-%m-%d")
+    # A day without rows is left to `build`, whose empty table has the declared schema.
+    return {
+        day: (rows.reset_index(drop=True), counts) for day, rows in built.frame.groupby(stamped)
+    }
+
+
+def _input_tags(
+    case: UseCase,
+    spec: FeatureTableSpec,
+    share: dict[str, Any],
+    lookups: dict[str, str],
+    hashes: dict[str, str],
+) -> dict[str, str]:
+    """The input versions Dagster records for a step of one day: for each event table the day
+    read, sha256 of the read partitions' data versions (their content hashes) in partition
+    order; for each dimension table, its latest materialization's version and storage id."""
+    tags = dict(lookups)
+    for table in _reach(spec):
+        window: LakePartitions = share[_slot(table)]
+        for table_file in window.tables:
+            if str(table_file.path) not in hashes:
+                hashes[str(table_file.path)] = stored_hash(table_file.path) or ""
+        versions = "".join(hashes[str(t.path)] for t in window.tables)
+        parent = case.key(f"validated_{table}").to_user_string()
+        tags[INPUT_VERSION_TAG + parent] = hashlib.sha256(versions.encode()).hexdigest()
+    return tags
+
+
+def _lookup_tags(
+    context: dg.AssetExecutionContext, case: UseCase, spec: FeatureTableSpec
+) -> dict[str, str]:
+    """The input version and event pointer of each dimension table a step reads, as Dagster
+    records them for an unpartitioned input."""
+    tags = {}
+    for source in spec.inputs.values():
+        if not isinstance(source, Lookup):
+            continue
+        key = case.key(source.table)
+        records = context.instance.fetch_materializations(key, limit=1).records
+        materialization = records[0].asset_materialization if records else None
+        if materialization is None:
+            continue
+        name = key.to_user_string()
+        version = (materialization.tags or {}).get(DATA_VERSION_TAG)
+        tags[INPUT_POINTER_TAG + name] = str(records[0].storage_id)
+        if version:
+            tags[INPUT_VERSION_TAG + name] = version
+    return tags
 
 
 def _streamed(stream: "TableStream") -> Chunks:
@@ -173,31 +366,44 @@ def _online_features(case: UseCase) -> dg.AssetsDefinition:
         key=case.key("online_features"),
         partitions_def=partitions_def,
         deps=_tables(case),
+        # Runs of a month of days, each one Feast materialization, after the tables' run: their
+        # ranged steps record each day themselves and yield no output, so a child in their run
+        # would be skipped, and Dagster keeps a child out of its parent's run when their
+        # policies differ.
+        backfill_policy=dg.BackfillPolicy.multi_run(case.partitions.days_per_run),
         group_name=case.group(FEATURES),
         kinds={"feast", "sqlite"},
-        code_version="1",
+        code_version=CODE_VERSION,
         pool=REGISTRY_POOL,
         retry_policy=EXTERNAL_RETRY,
+        output_required=False,
         op_tags=FEATURES_POD,
     )
-    def online_features(
-        context: dg.AssetExecutionContext, feature_store: FeastFeatureStore
-    ) -> dg.MaterializeResult:
-        """The day's latest feature values in Feast's online store."""
+    def online_features(context: dg.AssetExecutionContext, feature_store: FeastFeatureStore):
+        """The day's latest feature values in Feast's online store; a range's days are written
+        by one Feast materialization and recorded day by day."""
         feature_store = feature_store.for_use_case(case.name)
         window = context.partition_time_window
         watermark = _watermark(context, partitions_def)
         done = feature_store.materialize(
             window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC), watermark=watermark
         )
-        return dg.MaterializeResult(
-            metadata={
-                "start": done.start.isoformat(),
-                "end": done.end.isoformat(),
-                "watermark_before": watermark.isoformat() if watermark else "none",
-                "feature_views": ", ".join(done.feature_views),
-            }
-        )
+        metadata = {
+            "start": done.start.isoformat(),
+            "end": done.end.isoformat(),
+            "watermark_before": watermark.isoformat() if watermark else "none",
+            "feature_views": ", ".join(done.feature_views),
+        }
+        if context.has_partition_key:
+            yield dg.MaterializeResult(metadata=metadata)
+            return
+        for day in context.partition_keys:
+            yield dg.AssetMaterialization(
+                context.asset_key,
+                partition=day,
+                metadata=metadata,
+                tags={CODE_VERSION_TAG: CODE_VERSION},
+            )
 
     return online_features
 

@@ -151,12 +151,19 @@ class FeatureTableSpec:
     """A daily feature table in the lake, an offline source of the use case's Feast views.
 
     `build(day, **inputs)` is Dagster-free: it gets the partition's day and each input by its
-    name here, and returns a `ml.features.FeatureTable` or a `ml.features.TableStream`."""
+    name here, and returns a `ml.features.FeatureTable` or a `ml.features.TableStream`.
+
+    `build_days(days, **inputs)`, optional, builds several consecutive days at once: each event
+    table input then holds every day any of them reads (a trailing window from before the
+    first day to the last), and the result has each day's rows, stamped (`event_timestamp`) at
+    that day's local midnight, exactly as `build` gives them. A step of a range of days uses it
+    to read and aggregate a shared history once instead of once a day."""
 
     name: str
     description: str
     build: "Callable[..., FeatureTable | TableStream]"
     inputs: Mapping[str, FeatureInput]
+    build_days: "Callable[..., FeatureTable] | None" = None
 
 
 @dataclass(frozen=True)

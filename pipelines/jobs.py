@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 HOUR = 3600
 
-# The daily job mixes the event tables' steps, which take a range of days (a backfill policy), with
-# feature steps of one day: a backfill of the job runs a day per run, which Dagster says at every
-# load. A backfill from the asset graph batches the event tables' days (assets/validation.py).
+# The daily job mixes steps of different backfill policies (the event tables' runs of a month of
+# days, the features' one run, scoring's run a day), which Dagster says at every load. A backfill
+# from the asset graph batches each as its policy says (assets/validation.py, assets/features.py).
 warnings.filterwarnings(
     "ignore", message=r"Asset job \S+ materializes assets with varying BackfillPolicies"
 )
@@ -109,6 +109,28 @@ def build_jobs(case: UseCase) -> list[Job]:
                 " measure drift (the last two skip themselves before the first champion)."
             ),
             tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
+        ),
+        *(
+            dg.define_asset_job(
+                definition_name(case, name),
+                selection=_assets(case, *assets),
+                description=description,
+                tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
+            )
+            for name, assets, description in (
+                (
+                    "build_features",
+                    features,
+                    "Build the feature tables of published days; a range of days is one run,"
+                    " each day recorded as its own partition.",
+                ),
+                (
+                    "write_online_store",
+                    ["online_features"],
+                    "Write the days' latest feature values to Feast's online store; a range of"
+                    " days is one Feast materialization.",
+                ),
+            )
         ),
         dg.define_asset_job(
             definition_name(case, "apply_feature_registry"),

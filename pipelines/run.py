@@ -3,17 +3,17 @@ defaults, then say where the results are.
 
     python -m pipelines.run [--use-case NAME] [--start YYYY-MM-DD] [--end YYYY-MM-DD]
 
-First the dimension tables and the Feast registry; then the history lead-in (the days the
-window's trailing features read back), ingested and validated in one run of a range of days as a
-batched backfill takes them; then each day of the window is one Dagster run of `daily_partition`
-(ingest, validate, feature tables, online store); then a training set over the
-window; then `train_model`: `trained_model` (torchrun workers launched through Dagster Pipes), its
-evaluation against the champion and the gate, the ONNX export with its parity check, and
-registration as champion if every gate passed; then the champion scores the test days
-(`batch_predictions`). Every run is recorded in the local instance exactly as a run launched from
-the UI would be, so `make dev` afterwards shows every run, materialization and check result. Runs
-execute in this process: one process keeps GX, Feast and the bundled data loaded instead of
-paying their start-up once per step.
+First the dimension tables and the Feast registry; then every day, the history lead-in (the days
+the window's trailing features read back) and the window, ingested and validated in runs of a
+range of days as a batched backfill takes them; then the window's feature tables in one run of
+its days and its online store in another (each day recorded as its own partition); then a
+training set over the window; then `train_model`: `trained_model` (torchrun workers launched
+through Dagster Pipes), its evaluation against the champion and the gate, the ONNX export with
+its parity check, and registration as champion if every gate passed; then the champion scores
+the test days (`batch_predictions`). Every run is recorded in the local instance exactly as a run
+launched from the UI would be, so `make dev` afterwards shows every run, materialization and
+check result. Runs execute in this process: one process keeps GX, Feast and the bundled data
+loaded instead of paying their start-up once per step.
 """
 
 import argparse
@@ -122,6 +122,30 @@ class DayOutcome:
     quarantines: list[str] = field(default_factory=list)
     """Which rules quarantined rows of a published day."""
 
+    def merged(self, later: "DayOutcome") -> "DayOutcome":
+        """This day's outcome together with that of a later run of it (its features)."""
+        return DayOutcome(
+            self.partition,
+            self.success and later.success,
+            {**self.rows, **later.rows},
+            self.materialized | later.materialized,
+            self.problems + later.problems,
+            self.quarantines + later.quarantines,
+        )
+
+
+def published_stretches(
+    days: Sequence[str], outcomes: Mapping[str, "DayOutcome"]
+) -> list[list[str]]:
+    """The unbroken runs of consecutive `days` whose outcome so far is a success."""
+    stretches: list[list[str]] = [[]]
+    for day in days:
+        if outcomes[day].success:
+            stretches[-1].append(day)
+        elif stretches[-1]:
+            stretches.append([])
+    return [stretch for stretch in stretches if stretch]
+
 
 def ensure_dagster_home(home: Path, instance_file: Path) -> Path:
     """DAGSTER_HOME (default `<home>/dagster_home`) with the profile's instance file in it."""
@@ -129,17 +153,6 @@ def ensure_dagster_home(home: Path, instance_file: Path) -> Path:
     dagster_home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(instance_file, dagster_home / "dagster.yaml")
     return dagster_home
-
-
-def run_day(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str) -> DayOutcome:
-    result = job.execute_in_process(
-        partition_key=partition,
-        instance=instance,
-        raise_on_error=False,
-        run_config=QUIET,
-        tags=run_tags(),
-    )
-    return day_outcomes(result, [partition])[partition]
 
 
 def run_days(
@@ -523,21 +536,26 @@ def main(argv: list[str] | None = None) -> int:
             if not run_assets(job(setup), instance).success:
                 print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
                 return 1
-        # The lead-in days are only ingested and validated: the window's trailing features read
-        # their published rows; their own features would need a lead-in of their own. They are
-        # one run, as a backfill batches them: GX imported and each source read once.
-        lead_in = [p for p in partitions if dt.date.fromisoformat(p) < start]
-        outcomes = []
-        for partition, outcome in (
-            run_days(job("ingest_and_validate"), instance, lead_in) if lead_in else {}
-        ).items():
-            outcomes.append(outcome)
+        # Every day is ingested and validated first, a backfill run's worth of days at a time
+        # (GX imported and each source read once); then the window's published days get their
+        # feature tables and online store in one run of each unbroken stretch. The lead-in days
+        # only feed the window's trailing features: their own would need a lead-in of their own.
+        outcomes: dict[str, DayOutcome] = {}
+        ingest, per_run = job("ingest_and_validate"), case.partitions.days_per_run
+        for at in range(0, len(partitions), per_run):
+            outcomes |= run_days(ingest, instance, partitions[at : at + per_run])
+        window_days = partitions[len([p for p in partitions if dt.date.fromisoformat(p) < start]) :]
+        for stretch in published_stretches(window_days, outcomes):
+            for step in ("build_features", "write_online_store"):
+                for day, done in run_days(job(step), instance, stretch).items():
+                    outcomes[day] = outcomes[day].merged(done)
+                stretch = [day for day in stretch if outcomes[day].success]
+                if not stretch:
+                    break
+        for partition, outcome in outcomes.items():
             status = "published" if outcome.success else "REFUSED"
-            print(f"{partition}: {status} (history lead-in)", flush=True)
-        for partition in partitions[len(lead_in) :]:
-            outcome = run_day(job("daily_partition"), instance, partition)
-            outcomes.append(outcome)
-            print(f"{partition}: {'published' if outcome.success else 'REFUSED'}", flush=True)
+            lead = " (history lead-in)" if partition not in window_days else ""
+            print(f"{partition}: {status}{lead}", flush=True)
         window = case.window.config(start, end)
         training = run_assets(
             job("build_training_set"),
@@ -556,7 +574,9 @@ def main(argv: list[str] | None = None) -> int:
                 for day in partitions
                 if day >= window["test_start"]
             }
-    summary = Summary(case, outcomes, training, model, scored, time.perf_counter() - began)
+    summary = Summary(
+        case, list(outcomes.values()), training, model, scored, time.perf_counter() - began
+    )
     print()
     print("\n".join(summary.lines()))
     print()

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, TypeVar, Union
 
@@ -198,14 +198,31 @@ class LakePartitions:
     """The files of several partitions of one asset, unread: what a step gets for an input
     annotated `LakePartitions` (a trailing window of days, say). `tables` holds the partitions
     the input maps to, in their order; a window reaching before the first partition holds
-    fewer, or none."""
+    fewer, or none. `keys` names each table's partition (empty for a window built by hand).
+
+    A step that runs a range of partitions gets its input's partitions for the whole range, and
+    `missing` holds those never materialized (a refused day): the step takes each of its days'
+    share with `between`, which refuses only the days that need a missing one."""
 
     tables: tuple[LakeTable, ...]
+    keys: tuple[str, ...] = ()
+    missing: Mapping[str, FileNotFoundError] = field(default_factory=dict)
 
     def frames(self, columns: Sequence[str] | None = None) -> Iterator["pd.DataFrame"]:
         """Every partition's rows, a row group at a time (see `LakeTable.frames`)."""
         for table in self.tables:
             yield from table.frames(columns)
+
+    def between(self, first: str, last: str) -> "LakePartitions":
+        """The partitions from `first` to `last` (both included, in key order); raises the
+        not-materialized error of a missing one among them."""
+        for key in sorted(self.missing):
+            if first <= key <= last:
+                raise self.missing[key]
+        chosen = [i for i, key in enumerate(self.keys) if first <= key <= last]
+        return LakePartitions(
+            tuple(self.tables[i] for i in chosen), tuple(self.keys[i] for i in chosen)
+        )
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -378,8 +395,11 @@ class ParquetLake(dg.ConfigurableIOManager):
             partition_key = _one_partition(context, "a LakeTable input is one partition")
             return self._file(asset_key, partition_key)
         if wanted is LakePartitions:
-            keys = context.asset_partition_keys if context.has_asset_partitions else [None]
-            return LakePartitions(tuple(self._file(asset_key, key) for key in keys))
+            if not context.has_asset_partitions:
+                return LakePartitions((self._file(asset_key, None),))
+            return self._partitions(
+                asset_key, context.asset_partition_keys, context.has_partition_key
+            )
         if not context.has_asset_partitions:
             return self._read(self.path_for(asset_key, None), asset_key, None)
         frames = [
@@ -391,6 +411,23 @@ class ParquetLake(dg.ConfigurableIOManager):
         if len(frames) == 1:
             return frames[0]
         return pd.concat(frames, ignore_index=True)
+
+    def _partitions(
+        self, asset_key: dg.AssetKey, keys: Sequence[str], one_day: bool
+    ) -> LakePartitions:
+        """The files of `keys`. A step of one partition needs every one of them; a step of a
+        range gets the missing ones named, for each of its days to need or not (`between`)."""
+        tables, found, missing = [], [], {}
+        for key in keys:
+            path = self.path_for(asset_key, key)
+            if path.is_file():
+                tables.append(LakeTable(path))
+                found.append(key)
+            elif one_day:
+                raise _not_materialized(asset_key, key, path)
+            else:
+                missing[key] = _not_materialized(asset_key, key, path)
+        return LakePartitions(tuple(tables), tuple(found), missing)
 
     def _file(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakeTable:
         """The file of one asset partition (or of an unpartitioned asset), unread."""

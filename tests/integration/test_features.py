@@ -46,6 +46,18 @@ class World:
             raise_on_error=False,
         )
 
+    def run_range(self, job: str, first: str, last: str) -> dg.ExecuteInProcessResult:
+        """One run of `job` over the days from `first` to `last`, as a batched backfill runs."""
+        return self.defs.resolve_job_def(CASE.name_for(job)).execute_in_process(
+            instance=self.instance,
+            run_config=QUIET,
+            tags={
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+            },
+            raise_on_error=False,
+        )
+
     def table(self, asset: str, partition: str | None = None) -> pd.DataFrame:
         return pd.read_parquet(self.lake / CASE.name / asset / f"{partition or 'data'}.parquet")
 
@@ -288,3 +300,53 @@ def test_a_future_end_is_refused_before_anything_is_written(world: World):
     tomorrow = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     with pytest.raises(ValueError, match="in the future"):
         world.store.materialize(tomorrow - dt.timedelta(days=1), tomorrow)
+
+
+def _versions(world: World, asset: str) -> dict[str, list[str]]:
+    """The data version of each materialization of `asset`, by day, oldest first."""
+    records = world.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=CASE.key(asset)), limit=1000, ascending=True
+    ).records
+    versions: dict[str, list[str]] = {}
+    for record in records:
+        materialization = record.asset_materialization
+        assert materialization is not None and materialization.partition is not None
+        versions.setdefault(materialization.partition, []).append(
+            (materialization.tags or {})["dagster/data_version"]
+        )
+    return versions
+
+
+def test_a_range_of_days_is_one_run_that_records_each_day_as_its_own_days_run_did(world: World):
+    tables = [spec.name for spec in CASE.feature_tables]
+    before = {table: _versions(world, table) for table in tables}
+    # Every day published: the histories of the range are built by one `build_days` call.
+    ranged = world.run_range("build_features", GOOD_DAYS[0], GOOD_DAYS[-1])
+    assert ranged.success
+    # A range over the refused day: it and the day whose history needs it are refused alone.
+    broken = world.run_range("build_features", GOOD_DAYS[-1], AFTER_IT)
+    assert not broken.success
+    failures = " ".join(
+        _messages(e.step_failure_data.error) for e in broken.all_events if e.is_step_failure
+    )
+    assert f"{NO_FLIGHTS_DAY}: " in failures and f"{AFTER_IT}: " in failures
+    for table in tables:
+        after = _versions(world, table)
+        for day in GOOD_DAYS:
+            # The day's run and the ranged runs wrote the same content (the data version is its
+            # hash), each recorded on the day's own partition.
+            assert len(after[day]) == len(before[table][day]) + 1 + (day == GOOD_DAYS[-1])
+            assert set(after[day]) == set(before[table][day]), (table, day)
+        # The day without flights has its weather and its history (of the days before it); the
+        # histories after it need its flights.
+        histories = ("carrier_history", "route_history")
+        assert (NO_FLIGHTS_DAY in after) == (table in ("weather_features", *histories)), table
+        assert (AFTER_IT in after) == (table not in histories), table
+
+    online = world.run_range("write_online_store", GOOD_DAYS[0], GOOD_DAYS[-1])
+    assert online.success
+    written = [
+        e.step_materialization_data.materialization.partition
+        for e in online.get_asset_materialization_events()
+    ]
+    assert written == GOOD_DAYS

@@ -195,6 +195,36 @@ def chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
     ]
 
 
+@pytest.mark.parametrize("name", ["carrier_history", "route_history"])
+def test_days_built_together_are_each_days_table_built_alone_to_the_byte(name, month, airports):
+    from assets.usecase import partition_day
+    from resources.lake import content_hash
+    from usecases.flights import HISTORY_DAYS, USE_CASE
+
+    spec = next(spec for spec in USE_CASE.feature_tables if spec.name == name)
+    assert spec.build_days is not None
+    local = month["time_hour"].dt.tz_convert("America/New_York").dt.date
+    columns = list(HISTORY_INPUT_COLUMNS)
+
+    def published(first: dt.date, last: dt.date) -> list[pd.DataFrame]:
+        return [month.loc[local == d, columns] for d in DAYS if first <= d <= last]
+
+    days = DAYS[HISTORY_DAYS : HISTORY_DAYS + 3]
+    one_day = dt.timedelta(days=1)
+    together = spec.build_days(
+        days, flights=published(days[0] - HISTORY_DAYS * one_day, days[-1] - one_day),
+        airports=airports,
+    ).frame  # fmt: skip
+    stamped = together["event_timestamp"].dt.tz_convert("America/New_York").dt.date
+    for day in days:
+        window = published(day - HISTORY_DAYS * one_day, day - one_day)
+        alone = spec.build(day, flights=window, airports=airports).frame
+        mine = together[stamped == partition_day(day.isoformat())].reset_index(drop=True)
+        assert len(alone) > 10
+        pd.testing.assert_frame_equal(mine, alone, check_exact=True, obj=str(day))
+        assert content_hash(mine) == content_hash(alone)
+
+
 def test_the_history_of_a_day_in_chunks_equals_the_history_of_the_whole_day(month, airports):
     days = DAYS[20:24]
     for keys in (["carrier"], ["origin", "dest"]):

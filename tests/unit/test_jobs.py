@@ -28,6 +28,8 @@ def selected(job_name: str) -> set[str]:
             | {"trip_features", "trip_outcomes", "online_features"}
             | {"batch_predictions", "feature_drift"},
         ),
+        ("build_features", {"trip_features", "trip_outcomes"}),
+        ("write_online_store", {"online_features"}),
         ("apply_feature_registry", {"feature_registry"}),
         ("build_training_set", {"training_set"}),
         ("train_model", TRAINING),

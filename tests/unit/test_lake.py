@@ -509,3 +509,40 @@ def test_a_window_of_partitions_is_handed_over_as_their_files_to_read_in_chunks(
     assert not missing.success
     failure = missing.get_step_failure_events()[0].event_specific_data.error
     assert "daily partition 2013-01-03 has not been materialized" in str(failure)
+
+
+def test_a_ranged_steps_input_names_its_missing_days_and_refuses_only_the_days_that_need_one(
+    tmp_path: Path,
+):
+    days = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_date="2013-01-06")
+    seen: dict[str, object] = {}
+
+    @dg.asset(partitions_def=days)
+    def daily(context: dg.AssetExecutionContext) -> pd.DataFrame:
+        return frame(int(context.partition_key[-1]))
+
+    @dg.asset(
+        partitions_def=days,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        ins={"daily": dg.AssetIn(partition_mapping=dg.TimeWindowPartitionMapping(-1, 0))},
+    )
+    def pairs(daily: LakePartitions) -> None:
+        for day in ("2013-01-02", "2013-01-03", "2013-01-05"):
+            try:
+                seen[day] = [
+                    len(f) for f in daily.between(f"2013-01-0{int(day[-1]) - 1}", day).frames()
+                ]
+            except FileNotFoundError as missing:
+                seen[day] = str(missing)
+
+    resources = {"io_manager": ParquetLake(root=str(tmp_path))}
+    for day in ("2013-01-01", "2013-01-02", "2013-01-03", "2013-01-05"):  # the 4th never comes
+        assert dg.materialize([daily], partition_key=day, resources=resources).success
+    ranged = dg.materialize(
+        [daily, pairs], selection=[pairs], resources=resources,
+        tags={"dagster/asset_partition_range_start": "2013-01-02",
+              "dagster/asset_partition_range_end": "2013-01-05"},
+    )  # fmt: skip
+    assert ranged.success
+    assert seen["2013-01-02"] == [1, 2] and seen["2013-01-03"] == [2, 3]
+    assert "daily partition 2013-01-04 has not been materialized" in str(seen["2013-01-05"])

@@ -242,6 +242,25 @@ def test_history_over_many_days_matches_the_history_of_each_day_from_its_window_
         pd.testing.assert_frame_equal(mine, alone, obj=str(day))
 
 
+def test_days_built_together_are_each_days_history_built_alone_to_the_byte():
+    from resources.lake import content_hash
+    from usecases.ridership import HISTORY_COLUMNS, USE_CASE
+
+    spec = next(spec for spec in USE_CASE.feature_tables if spec.name == "station_history")
+    assert spec.build_days is not None
+    days = days_between(dt.date(2015, 3, 5), dt.date(2015, 3, 10))  # over DST_STARTS
+    first = days[0] - dt.timedelta(days=features.HISTORY_DAYS)
+    before_last = days_between(first, days[-1] - dt.timedelta(days=1))
+    read = {d: source.read_day("station_days", d)[list(HISTORY_COLUMNS)] for d in before_last}
+    together = spec.build_days(days, previous=list(read.values())).frame
+    for day in days:
+        window = [read[d] for d in before_last if d < day and (day - d).days <= 28]
+        alone = spec.build(day, previous=window).frame
+        mine = together[together[EVENT_TIMESTAMP] == day_start(day)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, alone, check_exact=True, obj=str(day))
+        assert content_hash(mine) == content_hash(alone)
+
+
 def test_history_is_the_stations_counts_of_the_days_before_with_gaps_left_out():
     # Station A counts i riders i days before DAY, station B 100 + i; nothing on the day before,
     # B nothing a week before, C once, 20 days before. Rows on and after DAY are never read.

@@ -17,6 +17,7 @@ from pipelines.run import (
     default_window,
     history_days,
     main,
+    published_stretches,
     where_lines,
 )
 from tests.unit.tiny_case import TINY
@@ -127,3 +128,20 @@ def test_a_bad_day_on_the_command_line_is_a_usage_error_not_a_traceback(capsys, 
     err = capsys.readouterr().err
     assert f"argument {option}: '{value}' is not a YYYY-MM-DD day" in err
     assert "Traceback" not in err
+
+
+def test_features_run_over_each_unbroken_stretch_of_published_days_and_a_day_adds_them_up():
+    days = [f"2013-01-0{n}" for n in range(1, 8)]
+    refused = {"2013-01-03", "2013-01-04", "2013-01-07"}
+    outcomes = {day: DayOutcome(day, success=day not in refused) for day in days}
+    assert published_stretches(days, outcomes) == [
+        ["2013-01-01", "2013-01-02"],
+        ["2013-01-05", "2013-01-06"],
+    ]
+    validated = DayOutcome("2013-01-05", True, {"raw": 3}, {"raw"}, [], ["quarantined 1 row"])
+    features = DayOutcome("2013-01-05", False, {"table": 2}, {"table"}, ["step failed"])
+    merged = validated.merged(features)
+    assert (merged.success, merged.rows, merged.materialized) == (
+        False, {"raw": 3, "table": 2}, {"raw", "table"},
+    )  # fmt: skip
+    assert (merged.problems, merged.quarantines) == (["step failed"], ["quarantined 1 row"])

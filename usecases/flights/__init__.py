@@ -29,7 +29,7 @@ from usecases.flights.source import BundledFlightsSource
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     import pandas as pd
 
@@ -77,13 +77,24 @@ def _aircraft_features(
     return features.aircraft_features(flights, planes)
 
 
-def _history(keys: tuple[str, ...]):
-    def build(
-        day: "dt.date", flights: "Iterable[pd.DataFrame]", airports: "pd.DataFrame"
+def _history_days(keys: tuple[str, ...]):
+    def build_days(
+        days: "Sequence[dt.date]", flights: "Iterable[pd.DataFrame]", airports: "pd.DataFrame"
     ) -> "FeatureTable":
         from usecases.flights import features
 
-        return features.delay_history(flights, airports, [day], keys)
+        return features.delay_history(flights, airports, days, keys)
+
+    return build_days
+
+
+def _history(keys: tuple[str, ...]):
+    build_days = _history_days(keys)
+
+    def build(
+        day: "dt.date", flights: "Iterable[pd.DataFrame]", airports: "pd.DataFrame"
+    ) -> "FeatureTable":
+        return build_days([day], flights, airports)
 
     return build
 
@@ -142,12 +153,14 @@ USE_CASE = UseCase(
             "Per carrier and day: delay and cancellation rates of the previous 7 and 28 days.",
             _history(("carrier",)),
             {"flights": _HISTORY, "airports": Lookup("airports")},
+            build_days=_history_days(("carrier",)),
         ),
         FeatureTableSpec(
             "route_history",
             "Per route and day: delay and cancellation rates of the previous 7 and 28 days.",
             _history(("origin", "dest")),
             {"flights": _HISTORY, "airports": Lookup("airports")},
+            build_days=_history_days(("origin", "dest")),
         ),
     ),
     feature_service="flight_delay_v1",

@@ -30,7 +30,7 @@ from usecases.ridership.days import TIMEZONE
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     import pandas as pd
 
@@ -54,6 +54,14 @@ def _station_calendar(day: "dt.date", rows: "Iterable[pd.DataFrame]") -> "TableS
     from usecases.ridership import features
 
     return features.station_calendar(day, rows)
+
+
+def _station_histories(
+    days: "Sequence[dt.date]", previous: "Iterable[pd.DataFrame]"
+) -> "FeatureTable":
+    from usecases.ridership import features
+
+    return features.history_over(days, previous)
 
 
 def _station_history(day: "dt.date", previous: "Iterable[pd.DataFrame]") -> "FeatureTable":
@@ -103,6 +111,7 @@ USE_CASE = UseCase(
             "Per station and day: its riders 1, 7 and 14 days before and trailing means.",
             _station_history,
             {"previous": Trailing("station_days", HISTORY_DAYS, HISTORY_COLUMNS)},
+            build_days=_station_histories,
         ),
         FeatureTableSpec(
             "day_weather",

@@ -135,7 +135,7 @@ def history_over(days: Iterable[dt.date], previous: Iterable[pd.DataFrame]) -> F
     known_weeks = sum(week.notna().astype("int64") for week in weeks)
     columns = {
         **{f"rides_lag_{k}d": grid.shift(k) for k in LAGS_DAYS},
-        **{f"rides_mean_{w}d": before.rolling(w, min_periods=1).mean() for w in MEANS_DAYS},
+        **{f"rides_mean_{w}d": _trailing_mean(before, w) for w in MEANS_DAYS},
         "rides_weekday_mean_4w": sum(week.fillna(0) for week in weeks) / known_weeks,
         "days_known_28d": before.notna().astype("int64").rolling(HISTORY_DAYS).sum(),
     }
@@ -216,6 +216,19 @@ def _daily_grid(previous: Iterable[pd.DataFrame], days: pd.DatetimeIndex) -> pd.
         return pd.DataFrame(index=days, dtype="float64")
     # pivot refuses a station counted twice on a day: published days have unique keys.
     return counts.pivot(index="day", columns="station", values="rides").reindex(days)
+
+
+def _trailing_mean(before: pd.DataFrame, days: int) -> pd.DataFrame:
+    """The mean of the known counts of each day's `days` days before (NaN where none is known),
+    summed in a fixed order: a day's value does not depend on how many days the grid holds
+    before it, so a range's days built together equal each day built alone, to the bit (a
+    rolling mean's running sum would not)."""
+    known = before.notna().astype("int64")
+    total = before.fillna(0.0)
+    for k in range(1, days):
+        known = known + before.shift(k).notna().astype("int64")
+        total = total + before.shift(k).fillna(0.0)
+    return total / known.where(known > 0)
 
 
 def _empty_history() -> pd.DataFrame:
