@@ -473,7 +473,11 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         outcomes = feature_store.view_rows(
             spec.view, split.instant(split.start), split.instant(split.end)
         )
-        rows, unlabelled = labelled_rows(outcomes, spec, feature_store.join_keys(service))
+        rows, unlabelled = labelled_rows(
+            case.prediction.entity_rows(outcomes, case.timezone),
+            spec,
+            feature_store.join_keys(service),
+        )
         if rows.empty:
             raise dg.Failure(
                 description=(

@@ -80,7 +80,12 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
             entity_view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
         )
         keys = [*feature_store.join_keys(service), "event_timestamp"]
-        entities = rows[keys].sort_values(keys).reset_index(drop=True)
+        # Predicted at the day's start, from what was known then (as the model was trained).
+        entities = (
+            case.prediction.entity_rows(rows[keys], case.timezone)
+            .sort_values(keys)
+            .reset_index(drop=True)
+        )
         if entities.empty:
             labels = context.instance.get_materialized_partitions(case.key(case.label.table))
             if context.partition_key not in labels:

@@ -122,7 +122,12 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             entity_view, start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
         )
         keys = [*feature_store.join_keys(service), "event_timestamp"]
-        entities = rows[keys].sort_values(keys).reset_index(drop=True)
+        # Predicted at the day's start, from what was known then (as the model was trained).
+        entities = (
+            case.prediction.entity_rows(rows[keys], case.timezone)
+            .sort_values(keys)
+            .reset_index(drop=True)
+        )
         frames = [
             chunk.assign(**{SCORE: served.scorer.predict(chunk)})
             for chunk in feature_chunks(feature_store, entities, service, config.chunk_rows)

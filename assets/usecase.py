@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from resources.sources import RawSource
 
 TASKS = ("binary", "regression")
+PREDICTED_AT = ("event", "day_start")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -181,6 +182,30 @@ class Label:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """When an entity row is predicted. A training set's entity rows are taken as of the same
+    instant as a day's predictions, so that the point-in-time join gives a model in training
+    exactly the feature rows it is served: those stamped at or before that instant.
+
+    - `"event"`: at the event's own instant (the label view's `event_timestamp`): what the event
+      itself says is known then (a purchase scored as it happens);
+    - `"day_start"`: at the start (local midnight) of the event's day: a day's events are
+      predicted before the day begins, from what was known then (tomorrow's schedule, tonight).
+      Feature rows of what is known ahead (a schedule, a calendar) are then stamped at the
+      day's start, and observations when they became known."""
+
+    at: Literal["event", "day_start"] = "event"
+
+    def entity_rows(self, rows: "pd.DataFrame", timezone: str) -> "pd.DataFrame":
+        """`rows` (entity rows, `event_timestamp` at the events) as of their prediction instant."""
+        if self.at == "event":
+            return rows
+        from ml.dataset import as_of_day_start
+
+        return as_of_day_start(rows, timezone)
+
+
+@dataclass(frozen=True)
 class TrainingWindow:
     """The training set a retrain builds: the last `days` labelled days, split in time."""
 
@@ -256,6 +281,8 @@ class UseCase:
     gate: Mapping[str, Any] = field(default_factory=dict)
     """Overrides of the task's gate policy defaults (`ml.gate`)."""
     drift: DriftSettings = field(default_factory=DriftSettings)
+    prediction: Prediction = field(default_factory=Prediction)
+    """When an entity row is predicted, for training as for serving."""
     training: Mapping[str, Any] = field(default_factory=dict)
     """Defaults of the training config (`ml.config.TrainConfig`, nested as its sections are:
     `{"optim": {"batch_size": 64}}`) that suit this use case's data; a run's config still
@@ -297,6 +324,10 @@ class UseCase:
                         f"feature_tables[{spec.name}].inputs[{input_name}]",
                         f"{source.table!r} is no declared {kind}",
                     )
+        if self.prediction.at not in PREDICTED_AT:
+            raise _refuse(
+                self.name, "prediction.at", f"{self.prediction.at!r} is not one of {PREDICTED_AT}"
+            )
         if self.label.task not in TASKS:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
         if self.label.table not in features:

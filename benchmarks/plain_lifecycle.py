@@ -388,7 +388,9 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
             (outcomes[EVENT_TIMESTAMP] >= split.instant(split.start))
             & (outcomes[EVENT_TIMESTAMP] < split.instant(split.end))
         ]
-        entity_rows, unlabelled = labelled_rows(in_window, spec, join_keys)
+        entity_rows, unlabelled = labelled_rows(
+            case.prediction.entity_rows(in_window, case.timezone), spec, join_keys
+        )
         joined = point_in_time(entity_rows, tables)
         feature_columns = [f"{v.name}__{f}" for v in VIEWS for f in v.features]
         training_set, summary = assemble(joined, spec, split, feature_columns, unlabelled)
@@ -485,7 +487,11 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         begin, _ = day_window(first, case.timezone)
         _, end = day_window(last_day, case.timezone)
         chosen = outcomes[(outcomes[EVENT_TIMESTAMP] >= begin) & (outcomes[EVENT_TIMESTAMP] < end)]
-        return chosen[keys].sort_values(keys).reset_index(drop=True)
+        return (
+            case.prediction.entity_rows(chosen[keys], case.timezone)
+            .sort_values(keys)
+            .reset_index(drop=True)
+        )
 
     with stages("score"):
         from ml.predict import score_to_parquet

@@ -84,7 +84,8 @@ flight_schedule = FeatureView(
 origin_weather = FeatureView(
     name="origin_weather",
     entities=[origin],
-    # Hourly observations; a missing hour falls back to the previous one, not further.
+    # Hourly observations, each stamped when its hour is over; a day is predicted at its start,
+    # so with the last one before it (23:00); a missing hour falls back to the one before.
     ttl=timedelta(hours=2),
     source=weather_source,
     schema=[
@@ -98,7 +99,7 @@ origin_weather = FeatureView(
         Field(name="pressure_mb", dtype=Float64),
         Field(name="visibility_mi", dtype=Float64),
     ],
-    description="The weather at the origin airport in the hour of departure.",
+    description="The last weather observed at the origin airport before the flight's day.",
 )
 aircraft_profile = FeatureView(
     name="aircraft_profile",

@@ -97,6 +97,19 @@ class TrainingSetSummary:
         return self.positives[split] / self.rows[split]
 
 
+def as_of_day_start(
+    rows: pd.DataFrame, timezone: str, column: str = "event_timestamp"
+) -> pd.DataFrame:
+    """`rows` with each instant of `column` moved back to the start of its local day
+    (`timezone`): the instant that day's events are predicted at.
+
+    A day is predicted at its start, from what was known then; a training set's entity rows are
+    taken as of the same instant, so that the point-in-time join gives a model in training
+    exactly the feature rows it is served: those stamped at or before its day's start."""
+    local = rows[column].dt.tz_convert(timezone)
+    return rows.assign(**{column: local.dt.normalize().dt.tz_convert(rows[column].dt.tz)})
+
+
 def labelled_rows(
     rows: pd.DataFrame, spec: LabelSpec, join_keys: list[str]
 ) -> tuple[pd.DataFrame, int]:

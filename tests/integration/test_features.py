@@ -153,11 +153,12 @@ def test_an_unknown_tail_number_gets_null_aircraft_features_and_is_counted(world
 
 def test_a_missing_weather_hour_is_counted_and_falls_back_to_the_previous_hour(world: World):
     assert world.metadata(GAP_DAY, "weather_features")["missing_hours"] == 1
+    # An observation is known once its hour is over: 14:00's would be known from 15:00.
     rows = pd.DataFrame(
         {
             "origin": [GAP_ORIGIN, GAP_ORIGIN],
             "event_timestamp": [
-                GAP_HOUR + pd.Timedelta(minutes=30),
+                GAP_HOUR + pd.Timedelta(hours=1, minutes=30),
                 GAP_HOUR + pd.Timedelta(hours=2),
             ],
         }
@@ -167,18 +168,16 @@ def test_a_missing_weather_hour_is_counted_and_falls_back_to_the_previous_hour(w
         entity_df=rows, features=["origin_weather:temp_f"], full_feature_names=False
     ).to_df()
     weather = bundled_day("weather", GAP_DAY)
-    previous = weather[
-        (weather.origin == GAP_ORIGIN) & (weather.time_hour == GAP_HOUR - pd.Timedelta(hours=1))
-    ]
-    assert got["temp_f"].iloc[0] == previous["temp"].iloc[0]  # 13:00's observation, 1.5 h old
-    assert (
-        got["temp_f"].iloc[1]
-        == weather.loc[  # 16:00 exists again
-            (weather.origin == GAP_ORIGIN)
-            & (weather.time_hour == GAP_HOUR + pd.Timedelta(hours=2)),
-            "temp",
+
+    def observed(hour: pd.Timestamp) -> float:
+        return weather.loc[
+            (weather.origin == GAP_ORIGIN) & (weather.time_hour == hour), "temp"
         ].iloc[0]
-    )
+
+    # At 15:30 the last observation known is 13:00's (known since 14:00, 1.5 h before).
+    assert got["temp_f"].iloc[0] == observed(GAP_HOUR - pd.Timedelta(hours=1))
+    # At 16:00, 15:00's is known.
+    assert got["temp_f"].iloc[1] == observed(GAP_HOUR + pd.Timedelta(hours=1))
 
 
 def test_a_day_with_no_flights_is_refused_and_the_next_days_history_names_it(world: World):

@@ -5,7 +5,14 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from ml.dataset import LabelSpec, TimeSplit, assemble, fingerprint, labelled_rows
+from ml.dataset import (
+    LabelSpec,
+    TimeSplit,
+    as_of_day_start,
+    assemble,
+    fingerprint,
+    labelled_rows,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -104,3 +111,31 @@ def test_a_regression_label_keeps_its_values_and_the_summary_its_means():
     assert summary.positives == {} and summary.positive_rate("train") is None
     with pytest.raises(ValueError, match="task='count'"):
         LabelSpec(view="outcome", label="arr_delay_min", task="count")
+
+
+def test_rows_are_taken_as_of_their_local_days_start_across_a_clock_change():
+    stamps = pd.Series(
+        pd.to_datetime(
+            [
+                "2013-03-10T05:00:00Z",  # local midnight (EST) of the day the clocks go forward
+                "2013-03-11T03:59:00Z",  # 23:59 EDT that day
+                "2013-03-11T04:00:00Z",  # local midnight (EDT) of the next day
+                "2013-01-01T04:59:59Z",  # 23:59:59 on New Year's Eve
+            ]
+        ).as_unit("us")
+    )
+    frame = pd.DataFrame({"flight_id": list("abcd"), "event_timestamp": stamps})
+    taken = as_of_day_start(frame, "America/New_York")
+    assert taken["event_timestamp"].tolist() == list(
+        pd.to_datetime(
+            [
+                "2013-03-10T05:00:00Z",
+                "2013-03-10T05:00:00Z",
+                "2013-03-11T04:00:00Z",
+                "2012-12-31T05:00:00Z",
+            ]
+        )
+    )
+    assert taken["event_timestamp"].dtype == frame["event_timestamp"].dtype  # unit and zone kept
+    assert taken["flight_id"].tolist() == list("abcd")
+    assert frame["event_timestamp"].iloc[1] == pd.Timestamp("2013-03-11T03:59:00Z")  # a copy

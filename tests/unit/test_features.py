@@ -268,3 +268,34 @@ def test_row_wise_tables_add_up_their_counts_over_chunks(month):
         pieces.frame.sort_values("flight_id", ignore_index=True),
         at_once.frame.sort_values("flight_id", ignore_index=True),
     )
+
+
+def test_a_flights_schedule_row_is_stamped_at_its_days_start_when_the_day_is_predicted(month):
+    table = features.flight_features(month).frame
+    days = pd.to_datetime(month[["year", "month", "day"]]).dt.tz_localize(features.DATA_TIMEZONE)
+    expected = days.dt.tz_convert("UTC")
+    by_id = dict(zip(features.flight_id(month), expected, strict=True))
+    assert (table["event_timestamp"] == table["flight_id"].map(by_id)).all()
+    departures = dict(
+        zip(features.flight_id(month), features.scheduled_departure(month), strict=True)
+    )
+    assert (table["event_timestamp"] <= table["flight_id"].map(departures)).all()
+    late = pd.DataFrame([flight(sched_dep_time=2359, hour=23, minute=59)])
+    (stamp,) = features.flight_features(late).frame["event_timestamp"]
+    assert stamp == pd.Timestamp("2013-01-10T05:00:00Z")  # midnight EST of 2013-01-10
+
+
+def test_a_weather_observation_is_stamped_when_its_hour_is_over():
+    source = BundledFlightsSource()
+    day = dt.date(2013, 3, 10)  # 23 hours in New York
+    weather = source.read_day("weather", day, timestamp_columns=["time_hour"]).frame
+    table = whole(features.weather_features([weather], [day])).frame
+    hours = weather.set_index(["origin", "time_hour"]).index
+    stamped = pd.MultiIndex.from_arrays(
+        [table["origin"], table["event_timestamp"] - pd.Timedelta(hours=1)]
+    )
+    assert sorted(stamped) == sorted(hours)
+    # The day's last observation (23:00 EDT) becomes known at the next day's local midnight,
+    # the instant that day is predicted; the day's first (00:00 EST) only after its own start.
+    assert table["event_timestamp"].max() == features.day_start(day + dt.timedelta(days=1))
+    assert table["event_timestamp"].min() == features.day_start(day) + pd.Timedelta(hours=1)

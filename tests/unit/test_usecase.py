@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from assets.features import table_arguments, table_inputs
-from assets.usecase import Day, DeclarationError, FeatureTableSpec, Lookup, Trailing
+from assets.usecase import (
+    Day,
+    DeclarationError,
+    FeatureTableSpec,
+    Lookup,
+    Prediction,
+    Trailing,
+)
 from resources.lake import LakePartitions, LakeTable
 from usecases.flights import USE_CASE as FLIGHTS
 from usecases.ridership import USE_CASE as RIDERSHIP
@@ -38,11 +45,27 @@ def test_the_bundled_declarations_are_valid_and_apart():
         ({"label": dataclasses.replace(FLIGHTS.label, task="ranking")}, "label.task"),
         ({"label": dataclasses.replace(FLIGHTS.label, table="nowhere")}, "label.table"),
         ({"dimensions": ()}, "event_tables[flights].contract"),
+        ({"prediction": Prediction(at="noon")}, "prediction.at"),  # type: ignore[arg-type]
     ],
 )  # fmt: skip
 def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):
     with pytest.raises(DeclarationError, match=rf"use case '\w+': {re.escape(field)}"):
         dataclasses.replace(FLIGHTS, **change)
+
+
+def test_entity_rows_are_taken_at_the_event_or_at_the_start_of_its_day():
+    rows = pd.DataFrame(
+        {
+            "flight_id": ["a", "b"],
+            "event_timestamp": pd.to_datetime(["2013-01-10T02:30:00Z", "2013-01-10T23:00:00Z"]),
+        }
+    )
+    assert Prediction().entity_rows(rows, "America/New_York") is rows  # "event": as they are
+    taken = Prediction(at="day_start").entity_rows(rows, "America/New_York")
+    assert taken["event_timestamp"].tolist() == list(
+        pd.to_datetime(["2013-01-09T05:00:00Z", "2013-01-10T05:00:00Z"])  # local midnights
+    )
+    assert FLIGHTS.prediction.at == RIDERSHIP.prediction.at == "day_start"
 
 
 def test_a_feature_input_of_an_undeclared_table_is_refused_by_name():

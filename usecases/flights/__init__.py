@@ -19,6 +19,7 @@ from assets.usecase import (
     FeatureTableSpec,
     Label,
     Lookup,
+    Prediction,
     Slice,
     Trailing,
     TrainingWindow,
@@ -168,6 +169,9 @@ USE_CASE = UseCase(
         view="flight_outcome", column="arrival_delayed", task="binary", table="flight_outcomes"
     ),
     registered_model="flight_delay",
+    # A day's flights are predicted before the day (its schedule is published ahead): features
+    # as known at its local midnight, for training as for serving.
+    prediction=Prediction(at="day_start"),
     window=TrainingWindow(
         days=31,
         default={

@@ -1,15 +1,19 @@
 """Leak-free features of the flights use case, computed with pandas.
 
 Every feature table has an `event_timestamp` column (UTC): the instant from which its row may be
-used. A point-in-time join gives an event the latest row at or before the event's own instant, so
-a row must not describe anything that was unknown at its `event_timestamp`:
+used. A point-in-time join gives an entity row the latest row at or before the entity row's own
+instant, so a row must not describe anything that was unknown at its `event_timestamp`. A day's
+flights are predicted at the day's start (local midnight, `assets.usecase.Prediction`), for
+training as for serving, so what a flight's row may use is what was known at that midnight:
 
-- weather: an hourly observation is known at its hour;
+- weather: an hourly observation is known once its hour is over: stamped an hour after the hour
+  it describes (the last observation before a day is the one of 23:00 the day before);
 - aircraft: a plane's registration data is known before it flies; its age is taken on the day;
 - carrier and route history: a day's row (stamped at local midnight) counts only flights whose
   outcome was known before that midnight - a flight counts from the day after it arrived, a
   cancelled flight from the day after its scheduled day, a diverted one a day later still;
-- schedule and calendar: known when the flight is scheduled, stamped at its scheduled departure.
+- schedule and calendar: published before the day (the flight's schedule is known when its day
+  is predicted): stamped at the start of its day.
 
 The label (`arrival_delayed`: arrival delay of at least 15 minutes) is defined only for flights
 that arrived. Cancelled and diverted flights have no arrival delay: they are kept in
@@ -44,6 +48,9 @@ HISTORY_WINDOWS_DAYS = (7, 28)
 HOLIDAY_HORIZON_DAYS = 30
 """Distances to a holiday are capped here: beyond a month it is just "far"."""
 
+OBSERVATION_KNOWN_AFTER = pd.Timedelta(hours=1)
+"""An hourly weather observation describes its hour; it is known once the hour is over."""
+
 WEATHER_COLUMNS = {
     "temp": "temp_f",
     "dewp": "dewpoint_f",
@@ -67,6 +74,12 @@ def departure_day(flights: pd.DataFrame) -> pd.Series:
     """The local calendar day of each scheduled departure (the flight's partition day), as a
     naive midnight."""
     return pd.to_datetime(flights[["year", "month", "day"]])
+
+
+def departure_day_start(flights: pd.DataFrame) -> pd.Series:
+    """The start of each flight's local departure day (its partition day), as a UTC instant:
+    when the flight is predicted."""
+    return departure_day(flights).dt.tz_localize(DATA_TIMEZONE).dt.tz_convert("UTC")
 
 
 def scheduled_departure(flights: pd.DataFrame) -> pd.Series:
@@ -99,7 +112,7 @@ def flight_features(flights: pd.DataFrame) -> FeatureTable:
     frame = pd.DataFrame(
         {
             "flight_id": flight_id(flights),
-            EVENT_TIMESTAMP: scheduled_departure(flights),
+            EVENT_TIMESTAMP: departure_day_start(flights),
             "carrier_code": flights["carrier"].astype("string"),
             "origin_code": flights["origin"].astype("string"),
             "dest_code": flights["dest"].astype("string"),
@@ -147,7 +160,8 @@ def flight_outcomes(flights: pd.DataFrame) -> FeatureTable:
 
 
 def weather_features(chunks: Iterable[pd.DataFrame], days: Iterable[dt.date]) -> TableStream:
-    """Per origin airport and hour: the observation, with units in the names.
+    """Per origin airport and hour: the observation, with units in the names, stamped when it is
+    known (`OBSERVATION_KNOWN_AFTER` after its hour).
 
     `missing_hours` counts the airport-hours of `days` with no observation: an event in such an
     hour gets the previous observation, or nulls once it is older than the view's TTL."""
@@ -162,7 +176,8 @@ def weather_features(chunks: Iterable[pd.DataFrame], days: Iterable[dt.date]) ->
         observed.update(zip(frame["origin"], frame[EVENT_TIMESTAMP], strict=True))
         airports.update(frame["origin"].dropna())
         rows += len(frame)
-        yield _ordered(frame, ["origin"])
+        known = frame[EVENT_TIMESTAMP] + OBSERVATION_KNOWN_AFTER
+        yield _ordered(frame.assign(**{EVENT_TIMESTAMP: known}), ["origin"])
     hours = sum(
         int((day_start(day + dt.timedelta(days=1)) - day_start(day)) / pd.Timedelta(hours=1))
         for day in days

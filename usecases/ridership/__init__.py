@@ -19,6 +19,7 @@ from assets.usecase import (
     EventTable,
     FeatureTableSpec,
     Label,
+    Prediction,
     Slice,
     Trailing,
     TrainingWindow,
@@ -123,6 +124,8 @@ USE_CASE = UseCase(
     feature_service="ridership_v1",
     label=Label(view="station_day", column="rides", task="regression", table="station_day"),
     registered_model="ridership",
+    # A day's riders are predicted before the day: every row is already stamped at its start.
+    prediction=Prediction(at="day_start"),
     window=TrainingWindow(
         days=365,
         # `make run USE_CASE=ridership`: 120 days of summer 2015 (and 28 days of lead-in).
