@@ -24,7 +24,7 @@ from assets.usecase import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
 from resources.registry import MlflowRegistry, RegistryError
-from resources.serving import DATA_THROUGH_TAG, MODEL_FILE, REFERENCE_FILE
+from resources.serving import DATA_THROUGH_TAG, LINES_FILE, MODEL_FILE, REFERENCE_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +67,9 @@ class OnnxModel:
     quantized: bool
     drift_reference: str = ""
     """Training rows with the served file's scores, registered with it (`ml.drift`)."""
+    drift_lines: str = ""
+    """Each column's drift lines measured on the training period, registered with it (empty: a
+    training period too short to measure them)."""
     data_through: str = ""
     """The last day (data timezone) of the training set: drift of days up to it is no news."""
 
@@ -178,6 +181,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
             )
         train = training_set[training_set[split] == "train"]
         reference = _drift_reference(Path(served.path), train, launcher.file_mode)
+        lines = _drift_lines(Path(served.path), train, case, launcher.file_mode)
         yield dg.Output(
             OnnxModel(
                 path=str(served.path),
@@ -186,6 +190,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
                 parity=report.as_dict(),
                 quantized=served is not exported,
                 drift_reference=str(reference),
+                drift_lines=str(lines or ""),
                 data_through=_last_day(training_set, timezone),
             ),
             metadata={
@@ -198,6 +203,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
                 "max_rel_error": report.max_rel_error,
                 "properties": dg.MetadataValue.json(dict(served.properties)),
                 "drift_reference": dg.MetadataValue.path(str(reference)),
+                **({"drift_lines": dg.MetadataValue.path(str(lines))} if lines else {}),
                 **int8,
             },
         )
@@ -228,6 +234,40 @@ def _drift_reference(served: Path, train: "pd.DataFrame", permissions: int) -> P
     path = served.with_name(REFERENCE_FILE)
     with atomic_write(path, permissions=permissions) as tmp:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    return path
+
+
+def _drift_lines(
+    served: Path, train: "pd.DataFrame", case: UseCase, permissions: int
+) -> Path | None:
+    """How far each feature and the score moved between windows of the training period, each
+    against the rest (`ml.drift.natural_lines`), scored by the very file that will be served;
+    None when the period is shorter than two of the use case's drift windows."""
+    import json
+
+    from ml.dataset import LabelSpec
+    from ml.drift import SCORE, ColumnLines, natural_lines
+    from ml.files import atomic_write
+    from ml.predict import Scorer
+
+    scorer = Scorer.load(served)
+    settings = case.drift
+    rows = train[scorer.features]
+    lines = natural_lines(
+        rows.assign(**{SCORE: scorer.predict(rows)}),
+        train[LabelSpec.event_timestamp].dt.tz_convert(case.timezone).dt.date,
+        scorer.numeric_features,
+        scorer.categorical_features,
+        window_days=settings.window_days,
+        floor=ColumnLines(settings.psi_warn, settings.psi_fail, settings.ks_warn, settings.ks_fail),
+        warn_quantile=settings.warn_quantile,
+        fail_quantile=settings.fail_quantile,
+    )
+    if lines is None:
+        return None
+    path = served.with_name(LINES_FILE)
+    with atomic_write(path, mode="w", permissions=permissions) as file:
+        json.dump(lines.to_dict(), file, indent=2)
     return path
 
 
@@ -344,6 +384,7 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
                     if exported.drift_reference
                     else {}
                 ),
+                **({LINES_FILE: Path(exported.drift_lines)} if exported.drift_lines else {}),
             },
             documents={
                 GATE_REPORT: evaluation.report,

@@ -10,7 +10,7 @@ sensor reads it. The logic is in `ml/drift.py`.
 
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -58,6 +58,14 @@ def drift_config(case: UseCase) -> type[dg.Config]:
         min_rows: int = Field(
             default=declared.min_rows,
             description="Fewer scored rows in the window: reported, never an event.",
+        )
+        lines: Literal["natural", "absolute"] = Field(
+            default=declared.lines,
+            description=(
+                "natural: each column judged by how far it moved between windows of the"
+                " champion's training period (never below the lines above); absolute: by the"
+                " lines above."
+            ),
         )
         chunk_rows: int = Field(default=50_000, description="Entity rows per feature retrieval.")
 
@@ -140,6 +148,14 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             ks_fail=config.ks_fail,
             min_rows=config.min_rows,
         )
+        measured = serving.drift_lines(served.version) if config.lines == "natural" else None
+        if measured is not None:
+            thresholds = thresholds.with_columns(measured.columns)
+            lines = measured.describe()
+        elif config.lines == "natural":
+            lines = f"absolute: {served.label} was registered without measured lines"
+        else:
+            lines = "absolute, as configured"
         report = compare(
             reference,
             current,
@@ -158,6 +174,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             "window": span,
             "days_with_rows": days_with_rows,
             "model": served.label,
+            "lines": lines,
             **report.to_dict(),
         }
         path = lake_files.path_for(context.asset_key, day).with_suffix(".json")
@@ -185,6 +202,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             "reference_rows": report.reference_rows,
             "score_psi": _number(report.score.psi if report.score else None),
             "score_ks": _number(report.score.ks_statistic if report.score else None),
+            "lines": lines,
             "failed_features": dg.MetadataValue.json(report.failed),
             "warned_features": dg.MetadataValue.json(report.warned),
             "drift_table": dg.MetadataValue.md(report.table()),

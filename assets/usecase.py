@@ -250,12 +250,24 @@ class Slice:
 
 @dataclass(frozen=True)
 class DriftSettings:
+    """How `feature_drift` judges a window of days against the champion's training rows."""
+
     window_days: int = 7
     psi_warn: float = 0.1
     psi_fail: float = 0.25
     ks_warn: float = 0.1
     ks_fail: float = 0.2
+    """The absolute lines (`ml.drift.ColumnLines`): every column's with `lines="absolute"`, the
+    least a column's measured lines may be with `"natural"`."""
     min_rows: int = 50
+    lines: Literal["natural", "absolute"] = "natural"
+    """`"natural"`: each column (and the score) is judged by how far it moved between windows of
+    the model's own training period, measured when the model is exported
+    (`ml.drift.natural_lines`); `"absolute"`: by the lines above."""
+    warn_quantile: float = 0.9
+    fail_quantile: float = 1.0
+    """The quantiles of a column's movement in the training period at which it warns and fails
+    (1.0: only past the most it ever moved while the model learned)."""
 
 
 @dataclass(frozen=True)

@@ -469,7 +469,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         )
 
     with stages("parity"):
-        from ml.drift import SCORE, reference_sample
+        from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
         from ml.export import parity
         from ml.predict import Scorer
 
@@ -479,6 +479,20 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         scorer = Scorer.load(exported.path)
         sample = reference_sample(parts["train"][scorer.features])
         reference = sample.assign(**{SCORE: scorer.predict(sample)})
+        declared = case.drift
+        train_rows = parts["train"][scorer.features]
+        lines = natural_lines(
+            train_rows.assign(**{SCORE: scorer.predict(train_rows)}),
+            parts["train"][EVENT_TIMESTAMP].dt.tz_convert(case.timezone).dt.date,
+            scorer.numeric_features,
+            scorer.categorical_features,
+            window_days=declared.window_days,
+            floor=ColumnLines(
+                declared.psi_warn, declared.psi_fail, declared.ks_warn, declared.ks_fail
+            ),
+            warn_quantile=declared.warn_quantile,
+            fail_quantile=declared.fail_quantile,
+        )
 
     test_days = [d for d in window if d >= split.test_start]
     keys = [*join_keys, EVENT_TIMESTAMP]
@@ -523,6 +537,8 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
             ks_fail=declared.ks_fail,
             min_rows=declared.min_rows,
         )
+        if lines is not None and declared.lines == "natural":
+            thresholds = thresholds.with_columns(lines.columns)
         psi = {}
         for day in test_days:
             current = point_in_time(

@@ -12,7 +12,10 @@ values and the served model's score for each row: its output, a probability or a
 The score is measured as any number: its PSI bins are the reference's deciles, so a predicted
 value of any range is binned as a probability is.
 
-Each column gets a level, `ok`, `warn` or `fail`, from configured thresholds. The comparison is a
+Each column gets a level, `ok`, `warn` or `fail`, from its lines: the configured thresholds, or
+lines measured on the model's own training period (`natural_lines`): how far each column moved
+between windows of those days while the model learned from them. A column is then flagged when
+it moves more than it did then, never below the configured thresholds. The comparison is a
 drift event when the score fails: what the model outputs has moved. Features that fail while the
 score holds are a warning. On the bundled binary use case that is the line between signal and
 noise: a week's conditions, calendar and trailing-history features always differ from the
@@ -23,8 +26,8 @@ numpy/pandas/scipy; no Dagster.
 """
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -42,12 +45,13 @@ _MISSING = "\x00missing"
 _UNSEEN = "\x00unseen"
 
 Level = Literal["ok", "warn", "fail"]
+Kind = Literal["numeric", "categorical", "score"]
 _ORDER: dict[str, int] = {"ok": 0, "warn": 1, "fail": 2}
 
 
 @dataclass(frozen=True)
-class DriftThresholds:
-    """Where a column's drift becomes a warning or a failure, and a day a drift event."""
+class ColumnLines:
+    """Where one column's drift becomes a warning or a failure."""
 
     psi_warn: float = 0.1
     psi_fail: float = 0.25
@@ -55,8 +59,6 @@ class DriftThresholds:
     """Kolmogorov-Smirnov statistic (the largest gap between the two CDFs), not its p-value:
     with thousands of reference rows any difference is 'significant'; its size is what counts."""
     ks_fail: float = 0.2
-    min_rows: int = 50
-    """Fewer current rows than this: too few to judge; the day is reported, never an event."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.psi_warn <= self.psi_fail:
@@ -85,9 +87,31 @@ class DriftThresholds:
 
 
 @dataclass(frozen=True)
+class DriftThresholds(ColumnLines):
+    """The configured lines of every column, a column's own lines where measured (`columns`,
+    from `natural_lines`), and the rows below which a comparison is not judged."""
+
+    min_rows: int = 50
+    """Fewer current rows than this: too few to judge; the day is reported, never an event."""
+    columns: Mapping[str, ColumnLines] = field(default_factory=dict)
+
+    def lines(self, column: str | None = None) -> ColumnLines:
+        """The lines `column` is judged by: its own when measured, else the configured ones."""
+        if column is not None and column in self.columns:
+            return self.columns[column]
+        return ColumnLines(self.psi_warn, self.psi_fail, self.ks_warn, self.ks_fail)
+
+    def level(self, psi: float, ks: float | None, column: str | None = None) -> Level:
+        return self.lines(column).level(psi, ks)
+
+    def with_columns(self, columns: Mapping[str, ColumnLines]) -> "DriftThresholds":
+        return replace(self, columns=dict(columns))
+
+
+@dataclass(frozen=True)
 class ColumnDrift:
     name: str
-    kind: Literal["numeric", "categorical", "score"]
+    kind: Kind
     psi: float
     ks_statistic: float | None
     ks_pvalue: float | None
@@ -162,14 +186,19 @@ class DriftReport:
             self.columns,
             key=lambda c: (-_ORDER[c.level], -(c.psi if math.isfinite(c.psi) else 1e9)),
         )
-        lines = ["| column | kind | level | PSI | KS | KS p | missing ref → now | unseen |"]
-        lines.append("|---|---|---|---|---|---|---|---|")
+        lines = [
+            "| column | kind | level | PSI | PSI warn / fail | KS | KS p | missing ref → now"
+            " | unseen |"
+        ]
+        lines.append("|---|---|---|---|---|---|---|---|---|")
         for c in rows:
             ks = "" if c.ks_statistic is None else f"{c.ks_statistic:.3f}"
             p = "" if c.ks_pvalue is None else f"{c.ks_pvalue:.1e}"
             unseen = f"{c.unseen:.1%}" if c.kind == "categorical" else ""
+            line = self.thresholds.lines(c.name)
             lines.append(
-                f"| {c.name} | {c.kind} | {c.level} | {c.psi:.3f} | {ks} | {p} |"
+                f"| {c.name} | {c.kind} | {c.level} | {c.psi:.3f} |"
+                f" {line.psi_warn:.3g} / {line.psi_fail:.3g} | {ks} | {p} |"
                 f" {c.reference_missing:.1%} → {c.current_missing:.1%} | {unseen} |"
             )
         return "\n".join(lines)
@@ -242,7 +271,7 @@ def categorical_counts(
 
 def column_drift(
     name: str,
-    kind: Literal["numeric", "categorical", "score"],
+    kind: Kind,
     reference: pd.Series,
     current: pd.Series,
     thresholds: DriftThresholds,
@@ -254,7 +283,7 @@ def column_drift(
         value = psi(ref_counts, cur_counts)
         return ColumnDrift(
             name, kind, value, None, None, ref_missing, cur_missing,
-            thresholds.level(value, None), unseen,
+            thresholds.level(value, None, name), unseen,
         )  # fmt: skip
     ref = pd.to_numeric(reference, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
     cur = pd.to_numeric(current, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
@@ -262,7 +291,7 @@ def column_drift(
     statistic, pvalue = _ks(ref[np.isfinite(ref)], cur[np.isfinite(cur)])
     return ColumnDrift(
         name, kind, value, statistic, pvalue, ref_missing, cur_missing,
-        thresholds.level(value, statistic),
+        thresholds.level(value, statistic, name),
     )  # fmt: skip
 
 
@@ -297,6 +326,112 @@ def compare(
     )
 
 
+def natural_lines(
+    frame: pd.DataFrame,
+    days: pd.Series,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    window_days: int,
+    floor: ColumnLines,
+    warn_quantile: float = 0.9,
+    fail_quantile: float = 1.0,
+    score: str | None = SCORE,
+) -> "NaturalLines | None":
+    """Each column's lines from how far it moved inside the model's own training period.
+
+    `frame` holds the training rows (features, and the served model's `score` for each), `days`
+    the local day of each row. Every run of `window_days` consecutive days of the period is
+    compared, as a monitored window is, with the rest of the period (the same PSI and KS); a
+    column's warn and fail lines are the `warn_quantile` and `fail_quantile` of its windows'
+    values, never below `floor`. None when the period holds fewer than two windows' days: too
+    short to say how much a column varies."""
+    if not 0 <= warn_quantile <= fail_quantile <= 1:
+        raise ValueError(
+            f"need 0 <= warn_quantile <= fail_quantile <= 1, got {warn_quantile}, {fail_quantile}"
+        )
+    period = sorted(set(days))
+    if len(period) < 2 * window_days:
+        return None
+    kinds: dict[str, Kind] = {c: "numeric" for c in numeric}
+    kinds |= {c: "categorical" for c in categorical}
+    if score is not None and score in frame:
+        kinds[score] = "score"
+    values: dict[str, list[tuple[float, float | None]]] = {c: [] for c in kinds}
+    numbers = {
+        c: pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        for c, kind in kinds.items()
+        if kind != "categorical"
+    }
+    labels = {c: _labels(frame[c]) for c, kind in kinds.items() if kind == "categorical"}
+    for first in range(len(period) - window_days + 1):
+        inside = days.isin(period[first : first + window_days]).to_numpy()
+        for column, values_ in numbers.items():
+            rest, window = values_[~inside], values_[inside]
+            statistic = _ks_statistic(rest[np.isfinite(rest)], window[np.isfinite(window)])
+            values[column].append((psi(*numeric_counts(rest, window)), statistic))
+        for column, text in labels.items():
+            counts = categorical_counts(text[~inside], text[inside])
+            values[column].append((psi(counts[0], counts[1]), None))
+    lines = {}
+    for column, measured in values.items():
+        psis = np.array([v[0] for v in measured], dtype="float64")
+        kss = np.array([v[1] for v in measured if v[1] is not None], dtype="float64")
+
+        def line(spread: np.ndarray, q: float, least: float) -> float:
+            return max(least, float(np.quantile(spread, q))) if spread.size else least
+
+        lines[column] = ColumnLines(
+            psi_warn=line(psis, warn_quantile, floor.psi_warn),
+            psi_fail=line(psis, fail_quantile, floor.psi_fail),
+            ks_warn=min(line(kss, warn_quantile, floor.ks_warn), 1.0),
+            ks_fail=min(line(kss, fail_quantile, floor.ks_fail), 1.0),
+        )
+    return NaturalLines(
+        window_days=window_days,
+        windows=len(period) - window_days + 1,
+        warn_quantile=warn_quantile,
+        fail_quantile=fail_quantile,
+        columns=lines,
+    )
+
+
+@dataclass(frozen=True)
+class NaturalLines:
+    """Columns' lines measured on a training period (`natural_lines`), and how."""
+
+    window_days: int
+    windows: int
+    warn_quantile: float
+    fail_quantile: float
+    columns: Mapping[str, ColumnLines]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_days": self.window_days,
+            "windows": self.windows,
+            "warn_quantile": self.warn_quantile,
+            "fail_quantile": self.fail_quantile,
+            "columns": {c: asdict(lines) for c, lines in self.columns.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> "NaturalLines":
+        return cls(
+            window_days=int(document["window_days"]),
+            windows=int(document["windows"]),
+            warn_quantile=float(document["warn_quantile"]),
+            fail_quantile=float(document["fail_quantile"]),
+            columns={c: ColumnLines(**v) for c, v in document["columns"].items()},
+        )
+
+    def describe(self) -> str:
+        return (
+            f"measured on the training period: {self.windows} windows of {self.window_days}"
+            f" days, each against the rest; warn at their {self.warn_quantile:g} quantile,"
+            f" fail at their {self.fail_quantile:g} quantile"
+        )
+
+
 def reference_sample(
     frame: pd.DataFrame, rows: int = REFERENCE_ROWS, seed: int = 0
 ) -> pd.DataFrame:
@@ -311,6 +446,20 @@ def reference_sample(
 def _labels(values: pd.Series) -> pd.Series:
     text = values.astype("string")
     return text.fillna(_MISSING).where(text.fillna("") != "", _MISSING).astype(object)
+
+
+def _ks_statistic(reference: np.ndarray, current: np.ndarray) -> float | None:
+    """The two-sample Kolmogorov-Smirnov statistic (scipy's, without its p-value): the largest
+    gap between the two empirical CDFs."""
+    if reference.size == 0 or current.size == 0:
+        return None
+    reference, current = np.sort(reference), np.sort(current)
+    points = np.concatenate([reference, current])
+    gaps = (
+        np.searchsorted(reference, points, side="right") / reference.size
+        - np.searchsorted(current, points, side="right") / current.size
+    )
+    return float(np.abs(gaps).max())
 
 
 def _ks(reference: np.ndarray, current: np.ndarray) -> tuple[float | None, float | None]:

@@ -16,6 +16,7 @@ from pydantic import Field
 from resources.registry import CHAMPION, MlflowRegistry, ModelVersion, RegistryError
 
 if TYPE_CHECKING:
+    from ml.drift import NaturalLines
     from ml.predict import Scorer
 
 MODEL_FILE = "model.onnx"
@@ -24,6 +25,8 @@ DATA_THROUGH_TAG = "data_through"
 """Version tag: the last day of the training data (YYYY-MM-DD, data timezone)."""
 REFERENCE_FILE = "drift_reference.parquet"
 """Training rows and the served graph's scores for them: what drift is measured against."""
+LINES_FILE = "drift_lines.json"
+"""Each column's drift lines measured on the training period (`ml.drift.natural_lines`)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,23 @@ class ModelServing(dg.ConfigurableResource):
             )
         return self.registry.fetch(version, REFERENCE_FILE, Path(self.cache_dir))
 
+    def drift_lines(self, version: ModelVersion) -> "NaturalLines | None":
+        """The version's drift lines measured on its training period; None for a version
+        registered without them (before they existed, or a training period too short)."""
+        import json
+
+        from ml.drift import NaturalLines
+
+        if LINES_FILE not in version.files:
+            return None
+        path = self.registry.fetch(version, LINES_FILE, Path(self.cache_dir))
+        return NaturalLines.from_dict(json.loads(path.read_text()))
+
 
 __all__ = [
     "CHAMPION",
     "DATA_THROUGH_TAG",
+    "LINES_FILE",
     "MODEL_FILE",
     "REFERENCE_FILE",
     "ModelServing",

@@ -75,6 +75,14 @@ def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silen
         (world.home / "lake" / "flights" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
     )
     assert document["drift_event"] is False and document["current_rows"] == metadata["rows"]
+    # The world's champion learned from fewer days than two drift windows: too few to measure
+    # how its columns vary, so it was registered without lines and is judged by the absolute
+    # ones, and says so (tests/unit/test_drift.py measures the lines; `make run` uses them).
+    assert (
+        metadata["lines"]
+        == f"absolute: flight_delay v{world.champion()} was registered without measured lines"
+    )
+    assert document["thresholds"]["columns"] == {}
 
     result, cursor = evaluate(world, sensor, None)
     assert not result.run_requests

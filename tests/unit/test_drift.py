@@ -5,10 +5,14 @@ import pandas as pd
 import pytest
 
 from ml.drift import (
+    ColumnLines,
     DriftThresholds,
+    NaturalLines,
+    _ks_statistic,
     categorical_counts,
     column_drift,
     compare,
+    natural_lines,
     numeric_counts,
     psi,
     reference_sample,
@@ -127,3 +131,61 @@ def test_a_regressions_predictions_drift_like_any_number_whatever_their_range():
     moved = compare(reference, day(2000, shift=900), ["temp"], [], score="prediction")
     assert moved.score is not None and moved.score.psi > 0.25 and moved.drift_event
     assert moved.score.ks_statistic is not None and moved.score.ks_statistic > 0.2
+
+
+def training_period(days: int = 28, rows_per_day: int = 400) -> tuple[pd.DataFrame, pd.Series]:
+    """A steady column, one whose level wanders from week to week, a category and a score."""
+    day = np.repeat(np.arange(days), rows_per_day)
+    local = np.random.default_rng(1)
+    weekly = np.sin(day / 7 * np.pi) * 10  # a seasonal swing within the period
+    frame = pd.DataFrame(
+        {
+            "steady": local.normal(0, 1, day.size),
+            "wandering": local.normal(0, 5, day.size) + weekly,
+            "carrier": local.choice(["AA", "B6", "UA"], day.size),
+            "probability": local.beta(2, 6, day.size),
+        }
+    )
+    dates = pd.Series(pd.Timestamp("2013-01-01") + pd.to_timedelta(day, unit="D")).dt.date
+    return frame, dates
+
+
+def test_a_column_that_moves_inside_the_training_period_gets_lines_above_its_movement():
+    frame, days = training_period()
+    floor = ColumnLines()
+    measured = natural_lines(frame, days, ["steady", "wandering"], ["carrier"], 7, floor)
+    assert measured is not None and measured.windows == 28 - 7 + 1
+    lines = measured.columns
+    assert lines["steady"] == floor  # it never moved past the configured lines
+    assert lines["carrier"].psi_fail == floor.psi_fail
+    assert lines["wandering"].psi_fail > 1.0 > floor.psi_fail  # its weeks differ a lot
+    assert lines["wandering"].psi_warn <= lines["wandering"].psi_fail
+    assert set(lines) == {"steady", "wandering", "carrier", "probability"}
+    # A week like the training period's own is judged by them: no failure.
+    thresholds = DriftThresholds().with_columns(lines)
+    week = frame[days.isin(sorted(set(days))[7:14])]
+    report = compare(frame, week, ["steady", "wandering"], ["carrier"], thresholds)
+    assert "wandering" in compare(frame, week, ["steady", "wandering"], ["carrier"]).failed
+    assert report.failed == [] and not report.drift_event
+    # A move past anything seen in training still fails.
+    moved = week.assign(wandering=week["wandering"] + 40)
+    assert compare(frame, moved, ["steady", "wandering"], ["carrier"], thresholds).failed == [
+        "wandering"
+    ]
+    assert NaturalLines.from_dict(measured.to_dict()) == measured
+
+
+def test_a_period_shorter_than_two_windows_measures_no_lines_and_quantiles_are_checked():
+    frame, days = training_period(days=13)
+    assert natural_lines(frame, days, ["steady"], [], 7, ColumnLines()) is None
+    with pytest.raises(ValueError, match="warn_quantile <= fail_quantile"):
+        natural_lines(frame, days, ["steady"], [], 3, ColumnLines(), 0.9, 0.5)
+
+
+def test_the_ks_statistic_of_the_lines_is_scipys():
+    from scipy.stats import ks_2samp
+
+    a, b = rng.normal(0, 1, 3000), rng.normal(0.2, 1.3, 1700)
+    b[:50] = a[:50]  # ties across the samples
+    assert _ks_statistic(a, b) == pytest.approx(ks_2samp(a, b).statistic, abs=1e-12)  # type: ignore[attr-defined]
+    assert _ks_statistic(a, np.array([])) is None
