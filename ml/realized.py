@@ -65,6 +65,14 @@ class DecayPolicy:
         if self.samples < 10 or self.min_rows < 1:
             raise ValueError("samples must be >= 10 and min_rows >= 1")
 
+    def measure(
+        self, labels: np.ndarray, scores: np.ndarray, task: str, threshold: float | None
+    ) -> "Measured":
+        """The judged metric on these rows, with this policy's bootstrap interval."""
+        return measure(
+            labels, scores, self.metric, task, threshold, self.samples, self.level, self.seed
+        )
+
     @classmethod
     def for_task(cls, task: str, **overrides) -> "DecayPolicy":
         metric = "roc_auc" if task_named(task) == BINARY else "rmse"
@@ -188,16 +196,7 @@ def realized(
     scores = np.asarray(scores, dtype="float64")
     if len(labels) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
-    overall = measure(
-        labels,
-        scores,
-        policy.metric,
-        task,
-        threshold,
-        samples=policy.samples,
-        level=policy.level,
-        seed=policy.seed,
-    )
+    overall = policy.measure(labels, scores, task, threshold)
     judged = judge(overall, float(expected.get(policy.metric, math.nan)), policy.metric, policy)
     metrics: dict[str, float] = {}
     if len(labels):
@@ -214,16 +213,7 @@ def realized(
         values = spec.values(frame[spec.column])
         for value in sorted(set(values)):
             inside = values == value
-            found = measure(
-                labels[inside],
-                scores[inside],
-                policy.metric,
-                task,
-                threshold,
-                samples=policy.samples,
-                level=policy.level,
-                seed=policy.seed,
-            )
+            found = policy.measure(labels[inside], scores[inside], task, threshold)
             rows.append({"slice": spec.name, "group": value, **asdict(found)})
     return RealizedReport(policy.metric, judged, metrics, rows)
 
