@@ -24,7 +24,13 @@ from assets.usecase import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
 from resources.registry import MlflowRegistry, RegistryError
-from resources.serving import DATA_THROUGH_TAG, LINES_FILE, MODEL_FILE, REFERENCE_FILE
+from resources.serving import (
+    DATA_THROUGH_TAG,
+    LINES_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    REFERENCE_FILE,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -388,7 +394,7 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
             },
             documents={
                 GATE_REPORT: evaluation.report,
-                "metrics.json": evaluation.report["challenger"],
+                METRICS_FILE: evaluation.report["challenger"],
                 "parity.json": exported.parity,
                 "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
             },

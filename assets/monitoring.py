@@ -8,9 +8,10 @@ fails its thresholds) is recorded in the materialization's metadata, where the `
 sensor reads it. The logic is in `ml/drift.py`.
 """
 
+import dataclasses
 import datetime as dt
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -21,13 +22,20 @@ from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.usecase import UseCase
 from resources.feature_store import FeastFeatureStore
-from resources.lake import LakeFiles, write_text_atomically
+from resources.lake import LakeFiles, ParquetLake, write_text_atomically
 from resources.serving import DATA_THROUGH_TAG, ModelServing
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MONITORING = "monitoring"
 DRIFT_CHECK = "drift_within_thresholds"
 DRIFT_EVENT = "drift_event"
 """Metadata key of `feature_drift` materializations: true when the window drifted."""
+REALIZED_CHECK = "realized_within_tested"
+DECAY_EVENT = "decay_event"
+"""Metadata key of `realized_performance` materializations: true when the window's realized
+figure is worse than the model's tested one by more than the configured drop."""
 CHAMPION_VERSION = "champion_version"
 """Metadata key: the model version whose reference the window was compared with."""
 CHAMPION_DATA_THROUGH = "champion_data_through"
@@ -74,7 +82,7 @@ def drift_config(case: UseCase) -> type[dg.Config]:
 
 
 def monitoring_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    return [_feature_drift(case)]
+    return [_feature_drift(case), _realized_performance(case)]
 
 
 def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
@@ -232,3 +240,208 @@ def _digest(path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class RealizedPerformanceConfig(dg.Config):
+    window_days: int = Field(
+        default=7, ge=1, description="Days of the trailing window judged, ending with the day."
+    )
+    max_drop: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description=(
+            "Fails when the window's realized metric (ROC AUC; RMSE for a regression) is worse"
+            " than the model's test figure by more than this fraction of it."
+        ),
+    )
+    level: float = Field(default=0.95, gt=0, lt=1, description="Bootstrap interval coverage.")
+    samples: int = Field(default=400, ge=10, description="Bootstrap resamples (seeded).")
+    min_rows: int = Field(default=50, ge=1, description="Fewer labelled rows: not judged.")
+
+
+def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
+    label = case.label
+    key = case.key("realized_performance")
+
+    @dg.asset(
+        key=key,
+        partitions_def=case.partitions.definition(),
+        deps=[case.key("batch_predictions"), case.key(label.table)],
+        output_required=False,  # a day nobody predicted has nothing to measure
+        retry_policy=EXTERNAL_RETRY,
+        op_tags=EVALUATION_POD,
+        group_name=case.group(MONITORING),
+        kinds={"pandas"},
+        code_version="1",
+        check_specs=[
+            dg.AssetCheckSpec(
+                REALIZED_CHECK,
+                asset=key,
+                description=(
+                    "Warns when the trailing window's realized performance is worse than the"
+                    " model's test figure beyond its bootstrap interval; fails when worse by more"
+                    " than the configured drop (a decay event)."
+                ),
+            )
+        ],
+    )
+    def realized_performance(
+        context: dg.AssetExecutionContext,
+        config: RealizedPerformanceConfig,
+        serving: ModelServing,
+        lake_files: LakeFiles,
+    ):
+        """The day's predictions joined with what happened, once its outcomes are published: the
+        task's metrics for the day and its trailing window, with bootstrap intervals, against
+        the test figures of the model version that made the predictions."""
+        import pandas as pd
+
+        from ml.realized import DecayPolicy, realized
+
+        day = dt.date.fromisoformat(context.partition_key)
+        lake = ParquetLake(root=lake_files.root)
+        predictions_key = case.key("batch_predictions")
+        today = _predicted_outcomes(lake, lake_files, predictions_key, case, day)
+        if today is None:
+            context.log.info(f"realized_performance {day}: no predictions of that day; skipped")
+            return
+        versions = sorted(set(today["model_version"].astype(str)))
+        if len(versions) != 1:
+            raise dg.Failure(f"realized_performance {day}: predictions by {versions}, expected one")
+        (version,) = versions
+        model = serving.registry.version(case.registered_model, version)
+        tested = serving.test_metrics(model)
+        threshold = tested.get("threshold") if label.task == "binary" else None
+        policy = DecayPolicy.for_task(
+            label.task,
+            max_drop=config.max_drop,
+            level=config.level,
+            samples=config.samples,
+            min_rows=config.min_rows,
+        )
+        earlier = [day - dt.timedelta(days=n) for n in range(config.window_days - 1, 0, -1)]
+        frames = [
+            f
+            for d in earlier
+            if (f := _predicted_outcomes(lake, lake_files, predictions_key, case, d)) is not None
+        ]
+        window = pd.concat([*frames, today], ignore_index=True)
+        window = window[window["model_version"].astype(str) == version]
+        covered = 1 + sum(bool((f["model_version"].astype(str) == version).any()) for f in frames)
+        output = "probability" if label.task == "binary" else "prediction"
+
+        def judged(rows: "pd.DataFrame"):
+            return realized(
+                rows[label.column].to_numpy(dtype="float64"),
+                rows[output].to_numpy(dtype="float64"),
+                label.task,
+                tested,
+                policy,
+                threshold=threshold,
+            )
+
+        of_day, of_window = judged(today), judged(window)
+        if covered < config.window_days:
+            # A test figure pools several days, and a pooled figure mixes the days' differences
+            # in: it is not comparable with fewer days than the window, nor is one day's.
+            of_window = dataclasses.replace(
+                of_window,
+                overall=dataclasses.replace(
+                    of_window.overall,
+                    verdict="not_judged",
+                    reason=f"{covered} of {config.window_days} days predicted by v{version}: "
+                    + of_window.overall.reason,
+                ),
+            )
+        first = (day - dt.timedelta(days=config.window_days - 1)).isoformat()
+        span = f"[{first}, {day + dt.timedelta(days=1)})"
+        document = {
+            "partition": day.isoformat(),
+            "model": f"{case.registered_model} v{version}",
+            "window": span,
+            "tested": {policy.metric: tested.get(policy.metric)},
+            "day": of_day.to_dict(),
+            "trailing_window": of_window.to_dict(),
+        }
+        path = lake_files.path_for(key, day.isoformat()).with_suffix(".json")
+        write_text_atomically(json.dumps(document, indent=2), path, lake_files.file_mode)
+        verdict = of_window.overall.verdict
+        yield dg.AssetCheckResult(
+            check_name=REALIZED_CHECK,
+            passed=verdict in ("ok", "not_judged"),
+            severity=dg.AssetCheckSeverity.ERROR
+            if verdict == "failed"
+            else dg.AssetCheckSeverity.WARN,
+            description=f"{day}, window {span}: {verdict}: {of_window.overall.reason}",
+        )
+        measured_day, measured = of_day.overall.measured, of_window.overall.measured
+        yield dg.MaterializeResult(
+            metadata={
+                DECAY_EVENT: verdict == "failed",
+                "model": f"{case.registered_model} v{version}",
+                "metric": policy.metric,
+                "tested": _number(tested.get(policy.metric)),
+                "day_rows": measured_day.rows,
+                f"day_{policy.metric}": _number(measured_day.value),
+                f"day_{policy.metric}_interval": dg.MetadataValue.json(
+                    [_number(measured_day.low), _number(measured_day.high)]
+                ),
+                "window": span,
+                "window_rows": measured.rows,
+                f"window_{policy.metric}": _number(measured.value),
+                f"window_{policy.metric}_interval": dg.MetadataValue.json(
+                    [_number(measured.low), _number(measured.high)]
+                ),
+                "verdict": verdict,
+                "reason": of_window.overall.reason,
+                "path": dg.MetadataValue.path(str(path)),
+            },
+            data_version=dg.DataVersion(_digest(path)),
+        )
+
+    return realized_performance
+
+
+def _predicted_outcomes(
+    lake: ParquetLake,
+    lake_files: LakeFiles,
+    predictions_key: dg.AssetKey,
+    case: UseCase,
+    day: dt.date,
+) -> "pd.DataFrame | None":
+    """A day's predictions joined with its published outcomes (labelled rows only); None when
+    the day was not predicted. Joined on every key column the two share (a missing key matches
+    a missing key); an unpublished outcome day is refused by name."""
+    import pandas as pd
+
+    path = lake_files.path_for(predictions_key, day.isoformat())
+    if not path.exists():
+        return None
+    predictions = pd.read_parquet(str(path))
+    label = case.label
+    try:
+        outcomes = pd.concat(
+            list(lake.table(case.key(label.table), day.isoformat()).frames()), ignore_index=True
+        )
+    except FileNotFoundError:
+        raise dg.Failure(
+            f"realized_performance {day}: {label.table} partition {day} has not been"
+            " materialized; its outcomes are needed",
+            allow_retries=False,
+        ) from None
+    keys = [
+        c
+        for c in predictions.columns
+        if c in outcomes.columns and c not in (label.event_timestamp, label.column)
+    ]
+    missing = "\x00missing"
+    left = predictions.assign(
+        **{k: predictions[k].astype(object).where(predictions[k].notna(), missing) for k in keys}
+    )
+    right = outcomes[[*keys, label.column]]
+    right = right.assign(
+        **{k: right[k].astype(object).where(right[k].notna(), missing) for k in keys}
+    )
+    joined = left.merge(right, on=keys, how="inner", validate="one_to_one")
+    return joined[joined[label.column].notna()].reset_index(drop=True)

@@ -14,7 +14,7 @@ it was registered:
 - neither judged when the rows are too few, or a binary day holds one class only (ROC AUC is
   undefined): reported, never a decay.
 
-Per slice (carrier, weekday, station...) the same metric, interval and rows are reported for
+Per slice value the same metric, interval and rows are reported for
 reading, and are not judged: slices of a day are small. Plain numpy/pandas; no Dagster.
 """
 

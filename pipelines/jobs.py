@@ -72,7 +72,7 @@ def build_jobs(case: UseCase) -> list[Job]:
     tables = [table.name for table in case.event_tables]
     arrivals = [f"{stage}_{t}" for t in tables for stage in ("raw", "validated", "quarantined")]
     features = [spec.name for spec in case.feature_tables]
-    scoring = ("batch_predictions", "feature_drift")
+    scoring = ("batch_predictions", "feature_drift", "realized_performance")
     rollback = rollback_op(case)
     dimensions = [dimension.name for dimension in case.dimensions]
     training_set_op = case.key("training_set").to_python_identifier()
@@ -172,7 +172,8 @@ def build_jobs(case: UseCase) -> list[Job]:
             selection=_assets(case, *scoring),
             description=(
                 "Score one day with the champion (onnxruntime), replacing that day's"
-                " predictions, and measure the drift of the days up to it."
+                " predictions, measure the drift of the days up to it and, once its outcomes are"
+                " published, the realized performance of the predictions made for it."
             ),
             tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
         ),

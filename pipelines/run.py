@@ -411,6 +411,18 @@ class Summary:
                     f" {len(failed) if isinstance(failed, list) else '?'} features past their"
                     f" fail line (check: {drift.get('level')})"
                 )
+            if real := self.metadata(outcome, "realized_performance"):
+                metric = real.get("metric")
+                found = real.get(f"window_{metric}_interval")
+                interval = found if isinstance(found, list) and len(found) == 2 else [None, None]
+                lines.append(
+                    f"  realized {day}: {metric} {_number(real.get(f'day_{metric}'), '.3f')} on"
+                    f" {real.get('day_rows')} rows; window {real.get('window')}:"
+                    f" {_number(real.get(f'window_{metric}'), '.3f')}"
+                    f" [{_number(interval[0], '.3f')}, {_number(interval[1], '.3f')}] on"
+                    f" {real.get('window_rows')} rows vs {_number(real.get('tested'), '.3f')}"
+                    f" tested: {real.get('verdict')}{_why_not_judged(real)}"
+                )
         return lines
 
 
@@ -453,6 +465,13 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         f"MLflow: `make mlflow`, then http://127.0.0.1:5000 (runs, Models →"
         f" {case.registered_model}).",
     ]
+
+
+def _why_not_judged(realized: Mapping[str, object]) -> str:
+    """Why a realized window was not judged (its reason up to the figures), or nothing."""
+    if realized.get("verdict") != "not_judged":
+        return ""
+    return f" ({str(realized.get('reason', '')).split(':')[0]})"
 
 
 def _number(value: object, spec: str) -> str:

@@ -25,6 +25,8 @@ DATA_THROUGH_TAG = "data_through"
 """Version tag: the last day of the training data (YYYY-MM-DD, data timezone)."""
 REFERENCE_FILE = "drift_reference.parquet"
 """Training rows and the served graph's scores for them: what drift is measured against."""
+METRICS_FILE = "metrics.json"
+"""The version's metrics on its test split (overall, per slice, calibration)."""
 LINES_FILE = "drift_lines.json"
 """Each column's drift lines measured on the training period (`ml.drift.natural_lines`)."""
 
@@ -70,6 +72,18 @@ class ModelServing(dg.ConfigurableResource):
             )
         return self.registry.fetch(version, REFERENCE_FILE, Path(self.cache_dir))
 
+    def test_metrics(self, version: ModelVersion) -> dict[str, float]:
+        """The version's overall metrics on its own test split, as its gate judged them (the
+        registered `metrics.json`)."""
+        import json
+
+        if METRICS_FILE not in version.files:
+            raise RegistryError(
+                f"{version.name} v{version.version} was registered without {METRICS_FILE}"
+            )
+        path = self.registry.fetch(version, METRICS_FILE, Path(self.cache_dir))
+        return dict(json.loads(path.read_text())["overall"])
+
     def drift_lines(self, version: ModelVersion) -> "NaturalLines | None":
         """The version's drift lines measured on its training period; None for a version
         registered without them (before they existed, or a training period too short)."""
@@ -87,6 +101,7 @@ __all__ = [
     "CHAMPION",
     "DATA_THROUGH_TAG",
     "LINES_FILE",
+    "METRICS_FILE",
     "MODEL_FILE",
     "REFERENCE_FILE",
     "ModelServing",

@@ -12,6 +12,7 @@ import json
 import dagster as dg
 import pytest
 
+from assets.monitoring import DRIFT_CHECK, REALIZED_CHECK
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings
 from pipelines.sensors import EVENT_TAG, build_drift_sensor
@@ -33,12 +34,19 @@ def drift_of(world: World, day: str) -> tuple[dict, dg.AssetCheckEvaluation]:
         for e in result.get_asset_materialization_events()
         if e.step_materialization_data.materialization.asset_key.path[-1] == "feature_drift"
     ]
+    return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}, check_of(
+        result, DRIFT_CHECK
+    )
+
+
+def check_of(result: dg.ExecuteInProcessResult, name: str) -> dg.AssetCheckEvaluation:
     (check,) = [
         e.asset_check_evaluation_data
         for e in result.all_events
         if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        and e.asset_check_evaluation_data.check_name == name
     ]
-    return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}, check
+    return check
 
 
 def evaluate(world: World, sensor: dg.SensorDefinition, cursor: str | None):
@@ -159,3 +167,39 @@ def test_the_retrain_window_ends_with_the_latest_labelled_day(world: World):
     from pipelines.schedules import latest_labelled_day
 
     assert latest_labelled_day(world.instance, CASE) == dt.date(2013, 7, 10)
+
+
+def test_a_scored_days_realized_performance_is_its_rows_against_the_tested_figure(world: World):
+    import pandas as pd
+
+    from ml.metrics import binary_metrics
+
+    result = world.run("score_day", LIKE_TRAINING)
+    assert result.success
+    (materialization,) = [
+        e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.step_materialization_data.materialization.asset_key.path[-1] == "realized_performance"
+    ]
+    meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    assert meta["model"] == f"flight_delay v{world.champion()}" and meta["metric"] == "roc_auc"
+    lake = world.home / "lake" / "flights"
+    predictions = pd.read_parquet(lake / "batch_predictions" / f"{LIKE_TRAINING}.parquet")
+    outcomes = pd.read_parquet(lake / "flight_outcomes" / f"{LIKE_TRAINING}.parquet")
+    joined = predictions.merge(outcomes[["flight_id", "arrival_delayed"]], on="flight_id")
+    joined = joined[joined["arrival_delayed"].notna()]
+    expected = binary_metrics(
+        joined["arrival_delayed"].to_numpy(dtype="float64"),
+        joined["probability"].to_numpy(dtype="float64"),
+        0.5,
+    ).roc_auc
+    assert meta["day_rows"] == len(joined) > 100
+    assert meta["day_roc_auc"] == pytest.approx(expected, abs=1e-4)
+    low, high = meta["day_roc_auc_interval"]
+    assert low <= meta["day_roc_auc"] <= high
+    # The world scored too few of the champion's days to fill a week: reported, not judged.
+    assert meta["verdict"] == "not_judged" and "days predicted by" in meta["reason"]
+    assert meta["decay_event"] is False
+    assert check_of(result, REALIZED_CHECK).passed
+    document = json.loads((lake / "realized_performance" / f"{LIKE_TRAINING}.json").read_text())
+    assert document["day"]["overall"]["rows"] == len(joined)

@@ -71,6 +71,7 @@ LIFECYCLE_ASSETS = {
     "registered_model",
     "batch_predictions",
     "feature_drift",
+    "realized_performance",
 }
 """The generic stages every use case gets, beside its own tables."""
 GATE_RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
@@ -95,6 +96,10 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
         *((f"{case}/onnx_model", "onnx_parity") for case in ("flights", "ridership")),
         *(
             (f"{case}/feature_drift", "drift_within_thresholds")
+            for case in ("flights", "ridership")
+        ),
+        *(
+            (f"{case}/realized_performance", "realized_within_tested")
             for case in ("flights", "ridership")
         ),
     }
@@ -167,6 +172,7 @@ def test_steps_that_talk_to_other_systems_retry_and_runs_carry_their_limits():
     key = FLIGHTS.key
     external = ["raw_flights", "feature_registry", "online_features", "training_set"]
     external += ["registered_model", "batch_predictions", "feature_drift", "trained_model"]
+    external += ["realized_performance"]
     for name in external:
         policy = graph.get(key(name)).assets_def.op.retry_policy
         assert policy is not None and policy.max_retries >= 1, name

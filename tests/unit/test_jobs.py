@@ -26,7 +26,7 @@ def selected(job_name: str) -> set[str]:
             "daily_partition",
             ARRIVALS
             | {"trip_features", "trip_outcomes", "online_features"}
-            | {"batch_predictions", "feature_drift"},
+            | {"batch_predictions", "feature_drift", "realized_performance"},
         ),
         ("build_features", {"trip_features", "trip_outcomes"}),
         ("write_online_store", {"online_features"}),
@@ -34,7 +34,7 @@ def selected(job_name: str) -> set[str]:
         ("build_training_set", {"training_set"}),
         ("train_model", TRAINING),
         ("retrain", TRAINING | {"training_set"}),
-        ("score_day", {"batch_predictions", "feature_drift"}),
+        ("score_day", {"batch_predictions", "feature_drift", "realized_performance"}),
     ],
 )
 def test_each_job_selects_the_use_cases_assets_of_its_stage(job, assets):

@@ -73,7 +73,7 @@ TINY = PrefixedCase(
 
 TINY_PARTITIONED = (
     *("raw_trips", "validated_trips", "quarantined_trips", "trip_features", "trip_outcomes"),
-    *("online_features", "batch_predictions", "feature_drift"),
+    *("online_features", "batch_predictions", "feature_drift", "realized_performance"),
 )
 TINY_UNPARTITIONED = (
     *("stations", "feature_registry", "training_set", "trained_model", "model_evaluation"),
