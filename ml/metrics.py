@@ -193,6 +193,15 @@ def _ranked(labels: np.ndarray, probabilities: np.ndarray) -> _Ranked:
     )
 
 
+def roc_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    """`binary_metrics(...).roc_auc` alone (NaN with one class): for callers that need only it,
+    many times over (a bootstrap)."""
+    labels, probabilities = _checked(labels, probabilities)
+    if not 0 < labels.sum() < len(labels):
+        return math.nan
+    return _ranked(labels, probabilities).roc_auc()
+
+
 def roc_curve(labels: np.ndarray, probabilities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(false positive rates, true positive rates) of the ROC curve from (0, 0) to (1, 1), a
     point per distinct probability, less those on a straight line between their neighbours

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ml.metrics import SliceSpec, binary_metrics, regression_metrics
+from ml.metrics import SliceSpec, binary_metrics, regression_metrics, roc_auc
 from ml.task import BINARY, task_named
 
 Verdict = Literal["ok", "decayed", "failed", "not_judged"]
@@ -224,6 +224,9 @@ def _metric(
     if task_named(task) == BINARY:
         if threshold is None:
             raise ValueError("threshold: a binary model's metrics need one")
+
+        if metric == "roc_auc":  # what a bootstrap of a binary model measures by default
+            return roc_auc
 
         def binary(labels: np.ndarray, scores: np.ndarray) -> float:
             return float(getattr(binary_metrics(labels, scores, threshold), metric))

@@ -114,3 +114,12 @@ def test_a_policy_out_of_range_is_refused():
         ).verdict
         == "not_judged"
     )
+
+
+def test_the_bootstraps_roc_auc_is_the_metrics_one():
+    from ml.metrics import roc_auc
+
+    labels, scores = scored_day(rows=700)
+    scores = np.round(scores, 2)  # ties across the classes
+    assert roc_auc(labels, scores) == binary_metrics(labels, scores, 0.3).roc_auc
+    assert math.isnan(roc_auc(np.ones(20), scores[:20]))
