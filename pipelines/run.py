@@ -453,7 +453,7 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         "Open the UI: `make dev`, then http://127.0.0.1:3000. There you find:",
         "  Assets → Global asset lineage: the whole lifecycle, ingestion to monitoring;",
         "    each asset page shows its partitions, metadata (row counts, metrics, plots)",
-        "    and check results (contracts, gate, ONNX parity, drift).",
+        "    and check results (contracts, gate, ONNX parity, drift, realized performance).",
         "  Runs: every run this command made, step by step, with logs.",
         f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')} and the"
         f" {name('drift_retrain')} sensor",
