@@ -186,8 +186,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
                 exported, test, trained.config.data.label, config, launcher.file_mode
             )
         train = training_set[training_set[split] == "train"]
-        reference = _drift_reference(Path(served.path), train, launcher.file_mode)
-        lines = _drift_lines(Path(served.path), train, case, launcher.file_mode)
+        reference, lines = _drift_files(Path(served.path), train, case, launcher.file_mode)
         yield dg.Output(
             OnnxModel(
                 path=str(served.path),
@@ -224,43 +223,33 @@ def _last_day(frame: "pd.DataFrame", timezone: str) -> str:
     return timestamps.dt.tz_convert(timezone).dt.date.max().isoformat()
 
 
-def _drift_reference(served: Path, train: "pd.DataFrame", permissions: int) -> Path:
-    """What `feature_drift` compares days with: a seeded sample of the training split's raw
-    features, each row scored by the very file that will be served."""
+def _drift_files(
+    served: Path, train: "pd.DataFrame", case: UseCase, permissions: int
+) -> tuple[Path, Path | None]:
+    """What `feature_drift` judges days by, each row scored by the very file that will be
+    served: the reference (a seeded sample of the training split's raw features and scores)
+    and each column's lines (how far it moved between windows of the training period, each
+    against the rest: `ml.drift.natural_lines`; None when the period is shorter than two of
+    the use case's drift windows)."""
+    import json
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ml.drift import SCORE, reference_sample
-    from ml.files import atomic_write
-    from ml.predict import Scorer
-
-    scorer = Scorer.load(served)
-    sample = reference_sample(train[scorer.features])
-    frame = sample.assign(**{SCORE: scorer.predict(sample)})
-    path = served.with_name(REFERENCE_FILE)
-    with atomic_write(path, permissions=permissions) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-    return path
-
-
-def _drift_lines(
-    served: Path, train: "pd.DataFrame", case: UseCase, permissions: int
-) -> Path | None:
-    """How far each feature and the score moved between windows of the training period, each
-    against the rest (`ml.drift.natural_lines`), scored by the very file that will be served;
-    None when the period is shorter than two of the use case's drift windows."""
-    import json
-
     from ml.dataset import LabelSpec
-    from ml.drift import SCORE, ColumnLines, natural_lines
+    from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
     from ml.files import atomic_write
     from ml.predict import Scorer
 
     scorer = Scorer.load(served)
-    settings = case.drift
     rows = train[scorer.features]
-    lines = natural_lines(
-        rows.assign(**{SCORE: scorer.predict(rows)}),
+    scored = rows.assign(**{SCORE: scorer.predict(rows)})
+    reference = served.with_name(REFERENCE_FILE)
+    with atomic_write(reference, permissions=permissions) as tmp:
+        pq.write_table(pa.Table.from_pandas(reference_sample(scored), preserve_index=False), tmp)
+    settings = case.drift
+    measured = natural_lines(
+        scored,
         train[LabelSpec.event_timestamp].dt.tz_convert(case.timezone).dt.date,
         scorer.numeric_features,
         scorer.categorical_features,
@@ -269,12 +258,12 @@ def _drift_lines(
         warn_quantile=settings.warn_quantile,
         fail_quantile=settings.fail_quantile,
     )
-    if lines is None:
-        return None
-    path = served.with_name(LINES_FILE)
-    with atomic_write(path, mode="w", permissions=permissions) as file:
-        json.dump(lines.to_dict(), file, indent=2)
-    return path
+    if measured is None:
+        return reference, None
+    lines = served.with_name(LINES_FILE)
+    with atomic_write(lines, mode="w", permissions=permissions) as file:
+        json.dump(measured.to_dict(), file, indent=2)
+    return reference, lines
 
 
 def _quantized(

@@ -362,14 +362,14 @@ def natural_lines(
         for c, kind in kinds.items()
         if kind != "categorical"
     }
-    labels = {c: _labels(frame[c]) for c, kind in kinds.items() if kind == "categorical"}
+    categories = {c: frame[c] for c, kind in kinds.items() if kind == "categorical"}
     for first in range(len(period) - window_days + 1):
         inside = days.isin(period[first : first + window_days]).to_numpy()
         for column, values_ in numbers.items():
             rest, window = values_[~inside], values_[inside]
             statistic = _ks_statistic(rest[np.isfinite(rest)], window[np.isfinite(window)])
             values[column].append((psi(*numeric_counts(rest, window)), statistic))
-        for column, text in labels.items():
+        for column, text in categories.items():
             counts = categorical_counts(text[~inside], text[inside])
             values[column].append((psi(counts[0], counts[1]), None))
     lines = {}
