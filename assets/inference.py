@@ -1,10 +1,11 @@
 """Batch inference: `batch_predictions`, the champion scoring a day's entity rows with onnxruntime.
 
-The day's entity rows come from the label view's source (keys and timestamps only, never the
-outcome), their features from Feast through the FeatureService the champion was trained on, in
-chunks; each chunk is scored and appended to a temporary Parquet file that replaces the
-partition's file only when every row is written. A re-run replaces the day, a killed run leaves
-the previous file. The logic is in `ml/predict.py`.
+The day's entity rows come from the use case's entities table, built before the day from what
+was published ahead of it (`Prediction.entities`; without one, from the label view's source,
+keys and timestamps only), their features from Feast through the FeatureService the champion
+was trained on, as of the prediction instant, in chunks; each chunk is scored and appended to a
+temporary Parquet file that replaces the partition's file only when every row is written. A
+re-run replaces the day, a killed run leaves the previous file. The logic is in `ml/predict.py`.
 """
 
 import datetime as dt
@@ -18,7 +19,7 @@ from assets import EXTERNAL_RETRY
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.usecase import UseCase
 from resources.feature_store import FeastFeatureStore
-from resources.lake import LakeFiles
+from resources.lake import LakeFiles, ParquetLake
 from resources.serving import ModelServing
 
 if TYPE_CHECKING:
@@ -38,12 +39,12 @@ def inference_assets(case: UseCase) -> list[dg.AssetsDefinition]:
 
 
 def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
-    model_name, entity_view = case.registered_model, case.label.view
+    model_name = case.registered_model
 
     @dg.asset(
         key=case.key("batch_predictions"),
         partitions_def=case.partitions.definition(),
-        deps=[case.key("registered_model"), *(case.key(t.name) for t in case.feature_tables)],
+        deps=[case.key("registered_model"), *_feature_deps(case)],
         group_name=case.group(INFERENCE),
         kinds={"onnx", "parquet", "feast"},
         code_version="1",
@@ -60,8 +61,8 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
         serving: ModelServing,
         lake_files: LakeFiles,
     ):
-        """The champion's prediction for each entity row of the day (the label view's rows), with
-        its version."""
+        """The champion's prediction for each entity row of the day (the entities table's rows,
+        or the label view's), with its version."""
         from ml.predict import score_to_parquet
 
         served = serving.champion(model_name)
@@ -74,12 +75,9 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
         properties = served.scorer.properties
         binary, output = served.scorer.task.name == "binary", served.scorer.task.output
         service = properties["feature_service"]
-        window = context.partition_time_window
         feature_store = feature_store.for_use_case(case.name)
-        rows = feature_store.view_rows(
-            entity_view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
-        )
         keys = [*feature_store.join_keys(service), "event_timestamp"]
+        rows = _entity_rows(context, case, feature_store, lake_files, keys)
         # Predicted at the day's start, from what was known then (as the model was trained).
         entities = (
             case.prediction.entity_rows(rows[keys], case.timezone)
@@ -87,13 +85,6 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
             .reset_index(drop=True)
         )
         if entities.empty:
-            labels = context.instance.get_materialized_partitions(case.key(case.label.table))
-            if context.partition_key not in labels:
-                raise dg.Failure(
-                    f"batch_predictions {context.partition_key}: {entity_view!r} has no rows that"
-                    " day; materialize the day's feature tables first",
-                    allow_retries=False,
-                )
             # A day without events (its tables published empty): nothing to score, no file.
             yield dg.MaterializeResult(
                 metadata={"dagster/row_count": 0, "model": served.label, "path": "none"}
@@ -138,6 +129,70 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
         )
 
     return batch_predictions
+
+
+def _feature_deps(case: UseCase) -> list[dg.AssetDep]:
+    """The feature tables a day's predictions read. Predicted before the day: the day's rows of
+    the tables built ahead of it, and of the others (observations, the label) the day before,
+    whose last rows are what was known at the day's start."""
+    if not case.predicts_ahead:
+        return [dg.AssetDep(case.key(spec.name)) for spec in case.feature_tables]
+    ahead = set(case.ahead_feature_tables)
+    day_before = dg.TimeWindowPartitionMapping(
+        start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+    )
+    return [
+        dg.AssetDep(case.key(spec.name))
+        if spec.name in ahead
+        else dg.AssetDep(case.key(spec.name), partition_mapping=day_before)
+        for spec in case.feature_tables
+        if spec.name != case.label.table
+    ]
+
+
+def _entity_rows(
+    context: dg.AssetExecutionContext,
+    case: UseCase,
+    feature_store: FeastFeatureStore,
+    lake_files: LakeFiles,
+    keys: list[str],
+) -> "pd.DataFrame":
+    """The day's entity rows, with `keys`: the rows of the declared entities table (built
+    before the day), or else the label view's rows (the day's events, once published)."""
+    import pandas as pd
+
+    partition = context.partition_key
+    table = case.prediction.entities
+    if table is None:
+        window = context.partition_time_window
+        rows = feature_store.view_rows(
+            case.label.view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
+        )
+        if rows.empty:
+            labels = context.instance.get_materialized_partitions(case.key(case.label.table))
+            if partition not in labels:
+                raise dg.Failure(
+                    f"batch_predictions {partition}: {case.label.view!r} has no rows that day;"
+                    " materialize the day's feature tables first",
+                    allow_retries=False,
+                )
+        return rows
+    try:
+        stored = ParquetLake(root=lake_files.root).table(case.key(table), partition)
+    except FileNotFoundError as error:
+        raise dg.Failure(
+            f"batch_predictions {partition}: the entities to predict are the rows of {table},"
+            f" whose day is not built: {error}; materialize it first (`predict_day`)",
+            allow_retries=False,
+        ) from None
+    missing = [key for key in keys if key not in stored.columns]
+    if missing:
+        raise dg.Failure(
+            f"batch_predictions {partition}: {table} lacks the columns {missing} the feature"
+            " service joins on; its rows cannot be the entities to predict",
+            allow_retries=False,
+        )
+    return pd.concat(list(stored.frames(columns=keys)), ignore_index=True)
 
 
 def feature_chunks(

@@ -85,30 +85,60 @@ def monitoring_assets(case: UseCase) -> list[dg.AssetsDefinition]:
     return [_feature_drift(case), _realized_performance(case)]
 
 
+def _monitor(
+    case: UseCase,
+    name: str,
+    deps: list[dg.AssetKey],
+    kinds: set[str],
+    description: str,
+    check: dg.AssetCheckSpec,
+):
+    """The decorator of a daily monitoring asset and its check. Before the first champion, or on
+    a day nobody predicted, there is nothing to measure: the step says so and records neither
+    the asset nor its check (a check that ran on nothing would read as passed). Dagster makes a
+    check's output optional only in a subsettable multi-asset, hence this form."""
+    return dg.multi_asset(
+        name=case.key(name).to_python_identifier(),
+        specs=[
+            dg.AssetSpec(
+                case.key(name),
+                deps=deps,
+                description=description,
+                group_name=case.group(MONITORING),
+                kinds=kinds,
+                code_version="1",
+                skippable=True,
+            )
+        ],
+        check_specs=[check],
+        can_subset=True,
+        partitions_def=case.partitions.definition(),
+        retry_policy=EXTERNAL_RETRY,
+        op_tags=EVALUATION_POD,
+    )
+
+
 def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
     model_name, entity_view = case.registered_model, case.label.view
     config_class = drift_config(case)
 
-    @dg.asset(
-        key=case.key("feature_drift"),
-        partitions_def=case.partitions.definition(),
+    @_monitor(
+        case,
+        "feature_drift",
         deps=[case.key("batch_predictions")],
-        output_required=False,  # nothing to compare before the first champion
-        retry_policy=EXTERNAL_RETRY,
-        op_tags=EVALUATION_POD,
-        group_name=case.group(MONITORING),
         kinds={"pandas", "onnx", "feast"},
-        code_version="1",
-        check_specs=[
-            dg.AssetCheckSpec(
-                DRIFT_CHECK,
-                asset=case.key("feature_drift"),
-                description=(
-                    "Warns when features drift past their thresholds; fails when the champion's"
-                    " score drifts (a drift event: the drift_retrain sensor requests a retrain)."
-                ),
-            )
-        ],
+        description=(
+            "PSI and Kolmogorov-Smirnov of the window's features and champion scores vs its"
+            " training reference; a table and a plot in metadata."
+        ),
+        check=dg.AssetCheckSpec(
+            DRIFT_CHECK,
+            asset=case.key("feature_drift"),
+            description=(
+                "Warns when features drift past their thresholds; fails when the champion's"
+                " score drifts (a drift event: the drift_retrain sensor requests a retrain)."
+            ),
+        ),
     )
     def feature_drift(
         context: dg.AssetExecutionContext,
@@ -117,8 +147,6 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         serving: ModelServing,
         lake_files: LakeFiles,
     ):
-        """PSI and Kolmogorov-Smirnov of the window's features and champion scores vs its training
-        reference; a table and a plot in metadata."""
         import pandas as pd
 
         from ml.drift import SCORE, DriftThresholds, compare
@@ -264,27 +292,25 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     label = case.label
     key = case.key("realized_performance")
 
-    @dg.asset(
-        key=key,
-        partitions_def=case.partitions.definition(),
+    @_monitor(
+        case,
+        "realized_performance",
         deps=[case.key("batch_predictions"), case.key(label.table)],
-        output_required=False,  # a day nobody predicted has nothing to measure
-        retry_policy=EXTERNAL_RETRY,
-        op_tags=EVALUATION_POD,
-        group_name=case.group(MONITORING),
         kinds={"pandas"},
-        code_version="1",
-        check_specs=[
-            dg.AssetCheckSpec(
-                REALIZED_CHECK,
-                asset=key,
-                description=(
-                    "Warns when the trailing window's realized performance is worse than the"
-                    " model's test figure beyond its bootstrap interval; fails when worse by more"
-                    " than the configured drop (a decay event)."
-                ),
-            )
-        ],
+        description=(
+            "The day's predictions joined with what happened, once its outcomes are published:"
+            " the task's metrics for the day and its trailing window, with bootstrap intervals,"
+            " against the test figures of the model version that made the predictions."
+        ),
+        check=dg.AssetCheckSpec(
+            REALIZED_CHECK,
+            asset=key,
+            description=(
+                "Warns when the trailing window's realized performance is worse than the"
+                " model's test figure beyond its bootstrap interval; fails when worse by more"
+                " than the configured drop (a decay event)."
+            ),
+        ),
     )
     def realized_performance(
         context: dg.AssetExecutionContext,
@@ -292,9 +318,6 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
         serving: ModelServing,
         lake_files: LakeFiles,
     ):
-        """The day's predictions joined with what happened, once its outcomes are published: the
-        task's metrics for the day and its trailing window, with bootstrap intervals, against
-        the test figures of the model version that made the predictions."""
         import pandas as pd
 
         from ml.realized import DecayPolicy, realized

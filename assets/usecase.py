@@ -103,6 +103,10 @@ class EventTable:
     """Applied to each published chunk (e.g. flags derived from the row), Dagster-free."""
     counted_flags: tuple[str, ...] = ()
     """Boolean columns (after `publish`) whose true values are counted in the metadata."""
+    ahead: bool = False
+    """Published before its day begins (a schedule, a plan, a calendar): what a day's
+    predictions may read of the day itself. The run that predicts a day ingests it then; every
+    other table of the day arrives after the day, with its outcomes."""
 
     @property
     def name(self) -> str:
@@ -195,6 +199,13 @@ class Prediction:
       day's start, and observations when they became known."""
 
     at: Literal["event", "day_start"] = "event"
+    entities: str | None = None
+    """The feature table whose rows of a day are the entities predicted for that day, before
+    its outcomes exist: built from tables published ahead of the day (`EventTable.ahead`) and
+    from earlier days only, and holding every join key of the feature service. A day is then
+    predicted the night before (`predict_day`) and judged once its outcomes are published.
+    None: the label table's rows, scored once the day's outcomes are in (events scored as they
+    happen, after the fact)."""
 
     def entity_rows(self, rows: "pd.DataFrame", timezone: str) -> "pd.DataFrame":
         """`rows` (entity rows, `event_timestamp` at the events) as of their prediction instant."""
@@ -340,6 +351,18 @@ class UseCase:
             raise _refuse(
                 self.name, "prediction.at", f"{self.prediction.at!r} is not one of {PREDICTED_AT}"
             )
+        if self.prediction.entities is not None:
+            entities = self.prediction.entities
+            if entities not in features:
+                raise _refuse(self.name, "prediction.entities", f"{entities!r} is no feature table")
+            if entities not in self.ahead_feature_tables:
+                late = sorted(self._late_inputs(self.feature_table(entities)))
+                raise _refuse(
+                    self.name,
+                    "prediction.entities",
+                    f"{entities!r} reads the day's {late}, which arrive after the day: the"
+                    " entities to predict must be known before it (EventTable.ahead)",
+                )
         if self.label.task not in TASKS:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
         if self.label.table not in features:
@@ -373,3 +396,31 @@ class UseCase:
 
     def event_table(self, name: str) -> EventTable:
         return next(t for t in self.event_tables if t.name == name)
+
+    def feature_table(self, name: str) -> FeatureTableSpec:
+        return next(t for t in self.feature_tables if t.name == name)
+
+    @property
+    def predicts_ahead(self) -> bool:
+        """Whether a day is predicted before it begins (`Prediction.entities`), by its own run
+        the night before, rather than scored with the day's other tables after it."""
+        return self.prediction.entities is not None
+
+    @property
+    def ahead_tables(self) -> list[str]:
+        """The event tables published before their day (`EventTable.ahead`)."""
+        return [table.name for table in self.event_tables if table.ahead]
+
+    @property
+    def ahead_feature_tables(self) -> list[str]:
+        """The feature tables a day's rows of which can be built before the day: every input of
+        theirs is a table published ahead of it, the days before it, or a dimension."""
+        return [spec.name for spec in self.feature_tables if not self._late_inputs(spec)]
+
+    def _late_inputs(self, spec: FeatureTableSpec) -> set[str]:
+        ahead = set(self.ahead_tables)
+        return {
+            source.table
+            for source in spec.inputs.values()
+            if isinstance(source, Day) and source.table not in ahead
+        }

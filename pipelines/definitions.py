@@ -41,7 +41,7 @@ from assets.validation import event_table_assets
 from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
-from pipelines.sensors import build_drift_sensor
+from pipelines.sensors import build_drift_sensor, build_prediction_sensor
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.kubernetes import K8sMultiNode, K8sPod, KubernetesLauncher
@@ -280,8 +280,7 @@ def owned(case: UseCase, spec: dg.AssetSpec) -> dg.AssetSpec:
 def use_case_definitions(
     case: UseCase, automation: AutomationSettings | None = None
 ) -> dg.Definitions:
-    """One use case's assets, checks, jobs, schedules and drift sensor, built from its
-    declaration."""
+    """One use case's assets, checks, jobs, schedules and sensors, built from its declaration."""
     automation = automation or AutomationSettings.from_env(case)
     case = batched(case)
     assets = [
@@ -299,7 +298,21 @@ def use_case_definitions(
         assets=dg.map_asset_specs(functools.partial(owned, case), assets),
         jobs=jobs,
         schedules=build_schedules(case, automation, jobs),
-        sensors=[build_drift_sensor(case, automation, find_job(jobs, case, "retrain"))],
+        sensors=[
+            build_drift_sensor(case, automation, find_job(jobs, case, "retrain")),
+            *(
+                [
+                    build_prediction_sensor(
+                        case,
+                        automation,
+                        find_job(jobs, case, "daily_partition"),
+                        find_job(jobs, case, "predict_day"),
+                    )
+                ]
+                if case.predicts_ahead
+                else []
+            ),
+        ],
     )
 
 

@@ -67,12 +67,19 @@ def _assets(case: UseCase, *names: str) -> dg.AssetSelection:
     return dg.AssetSelection.assets(*(case.key(name) for name in names))
 
 
+def _arrivals(tables: Sequence[str]) -> list[str]:
+    """The assets of a day's arrival of `tables`: raw, validated and quarantined."""
+    return [f"{stage}_{t}" for t in tables for stage in ("raw", "validated", "quarantined")]
+
+
 def build_jobs(case: UseCase) -> list[Job]:
     """`case`'s jobs: its daily runs, its training and scoring, and the champion's rollback."""
-    tables = [table.name for table in case.event_tables]
-    arrivals = [f"{stage}_{t}" for t in tables for stage in ("raw", "validated", "quarantined")]
+    arrivals = _arrivals([table.name for table in case.event_tables])
     features = [spec.name for spec in case.feature_tables]
     scoring = ("batch_predictions", "feature_drift", "realized_performance")
+    # Predicted ahead, a day's predictions are made by its own run the night before; its daily
+    # run then brings its outcomes and judges them. Otherwise the daily run scores the day too.
+    measuring = scoring[1:] if case.predicts_ahead else scoring
     rollback = rollback_op(case)
     dimensions = [dimension.name for dimension in case.dimensions]
     training_set_op = case.key("training_set").to_python_identifier()
@@ -93,8 +100,25 @@ def build_jobs(case: UseCase) -> list[Job]:
         selection=_assets(case, *dimensions),
         description=f"Load the dimension tables ({', '.join(dimensions)}).",
     )
+    predict_day = dg.define_asset_job(
+        definition_name(case, "predict_day"),
+        selection=_assets(
+            case,
+            *_arrivals(case.ahead_tables),
+            *case.ahead_feature_tables,
+            "batch_predictions",
+        ),
+        description=(
+            "Predict a day before it begins: ingest and validate what is published ahead of it"
+            f" ({', '.join(case.ahead_tables)}), build its feature tables that need nothing of the"
+            " day itself, and score its entities with the champion, as of the day's start."
+            " Requested for the next day after each day's `daily_partition` run."
+        ),
+        tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
+    )
     return [
         *([load_dimensions] if dimensions else []),  # a use case may have none
+        *([predict_day] if case.predicts_ahead else []),
         dg.define_asset_job(
             definition_name(case, "ingest_and_validate"),
             selection=_assets(case, *arrivals),
@@ -102,11 +126,17 @@ def build_jobs(case: UseCase) -> list[Job]:
         ),
         dg.define_asset_job(
             definition_name(case, "daily_partition"),
-            selection=_assets(case, *arrivals, *features, "online_features", *scoring),
+            selection=_assets(case, *arrivals, *features, "online_features", *measuring),
             description=(
                 "Everything of one day: ingest, validate, build the feature tables, write the"
-                " day's features to the online store, score the day with the champion and"
-                " measure drift (the last two skip themselves before the first champion)."
+                " day's features to the online store, "
+                + (
+                    "measure drift and judge the predictions made for the day the night before"
+                    " against its outcomes"
+                    if case.predicts_ahead
+                    else "score the day with the champion and measure drift"
+                )
+                + " (skipped before the first champion)."
             ),
             tags=run_limits(max_runtime_s=1 * HOUR, run_retries=1),
         ),

@@ -270,6 +270,8 @@ class Summary:
     scored: dict[str, AssetRun]
     """The `score_day` run of each test day."""
     seconds: float
+    ahead: dict[str, AssetRun] = field(default_factory=dict)
+    """The `predict_day` run of the day after the window (a use case that predicts ahead)."""
 
     def metadata(self, run: AssetRun, asset: str) -> dict[str, object] | None:
         """The metadata of `asset` (the use case's asset of that name) that `run` materialized."""
@@ -286,6 +288,7 @@ class Summary:
             *self.training_lines(),
             *self.model_lines(),
             *self.scoring_lines(),
+            *self.ahead_lines(),
         ]
 
     def day_lines(self) -> list[str]:
@@ -425,6 +428,20 @@ class Summary:
                 )
         return lines
 
+    def ahead_lines(self) -> list[str]:
+        case, lines = self.case, []
+        for day, outcome in self.ahead.items():
+            meta = self.metadata(outcome, "batch_predictions") or {}
+            if not outcome.success:
+                lines.append(f"  next day {day}: prediction FAILED: {outcome.problem}")
+                continue
+            lines.append(
+                f"  next day {day}: predicted before it, from {', '.join(case.ahead_tables)}"
+                f" and the days before: {meta.get('dagster/row_count')} rows by"
+                f" {meta.get('model')} → {meta.get('path')}"
+            )
+        return lines
+
 
 def where_lines(case: UseCase, home: Path) -> list[str]:
     """Where `make run` left its results, and where to look at them."""
@@ -455,8 +472,9 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         "    each asset page shows its partitions, metadata (row counts, metrics, plots)",
         "    and check results (contracts, gate, ONNX parity, drift, realized performance).",
         "  Runs: every run this command made, step by step, with logs.",
-        f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')} and the"
-        f" {name('drift_retrain')} sensor",
+        f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')}, the"
+        f" {name('drift_retrain')} sensor"
+        + (f" and {name('predict_next_day')}" if case.predicts_ahead else ""),
         "    (off until you switch them on; `make dev` runs the daemon that acts on them).",
         f"  Jobs → {name('daily_partition')} → Materialize / Backfill: any day or range from"
         f" {case.partitions.start} to {last};",
@@ -584,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         model = AssetRun(False, "")
         scored: dict[str, AssetRun] = {}
+        ahead: dict[str, AssetRun] = {}
+        following = (end + dt.timedelta(days=1)).isoformat()
         if training.success:
             model = run_assets(job("train_model"), instance)
             # The test days: the champion (new, or kept when the gate refused) scores them.
@@ -593,14 +613,21 @@ def main(argv: list[str] | None = None) -> int:
                 for day in partitions
                 if day >= window["test_start"]
             }
+            # The day after: predicted as the nightly run would, before any of it is known.
+            if case.predicts_ahead and following <= str(
+                case.partitions.definition().get_last_partition_key()
+            ):
+                ahead[following] = run_assets(
+                    job("predict_day"), instance, following, partition=following
+                )
     summary = Summary(
-        case, list(outcomes.values()), training, model, scored, time.perf_counter() - began
+        case, list(outcomes.values()), training, model, scored, time.perf_counter() - began, ahead
     )
     print()
     print("\n".join(summary.lines()))
     print()
     print("\n".join(where_lines(case, home)))
-    scoring_ok = bool(scored) and all(s.success for s in scored.values())
+    scoring_ok = bool(scored) and all(s.success for s in [*scored.values(), *ahead.values()])
     return 0 if training.success and model.success and scoring_ok else 1
 
 

@@ -93,6 +93,10 @@ class AutomationSettings:
             dg.DefaultScheduleStatus.RUNNING if self.running else dg.DefaultScheduleStatus.STOPPED
         )
 
+    @property
+    def sensor_status(self) -> dg.DefaultSensorStatus:
+        return dg.DefaultSensorStatus.RUNNING if self.running else dg.DefaultSensorStatus.STOPPED
+
 
 def latest_labelled_day(instance: dg.DagsterInstance, case: UseCase) -> dt.date | None:
     """The last day whose outcomes are published: the latest partition of the label's table."""
@@ -132,7 +136,8 @@ def build_schedules(case: UseCase, settings: AutomationSettings, jobs: Sequence[
         name=definition_name(case, "nightly_daily_partition"),
         description=(
             f"Each night, the previous day ({case.partitions.timezone}) through `{daily.name}`:"
-            " ingest, validate, features, online store, score, drift."
+            " ingest, validate, features, online store, drift and realized performance"
+            + ("; then the next day is predicted." if case.predicts_ahead else ", scoring.")
         ),
         hour_of_day=settings.daily_time().hour,
         minute_of_hour=settings.daily_time().minute,

@@ -1,4 +1,7 @@
-"""The drift sensor: one retrain per drift event, one sensor per use case.
+"""A use case's sensors: the drift sensor (one retrain per drift event) and, for a use case that
+predicts ahead, the sensor that predicts the next day once a day is in.
+
+## The drift sensor
 
 A use case's `feature_drift` records in each materialization whether its window drifted from the
 champion's training reference (`drift_event`) and which champion it compared with. The sensor
@@ -16,6 +19,13 @@ retrain for the latest drift event among them, unless:
 The run key is the event's identity, so even a sensor whose cursor is lost or reset cannot
 launch a second run for it: Dagster drops a request whose run key this sensor already used, and
 the sensor itself looks for a run tagged with the event first.
+
+## The next day's predictions
+When a `daily_partition` run of one day succeeds, the day's outcomes and the history the next
+day's features read are published: `predict_next_day` requests `predict_day` for the next day,
+once (its run key is the day). A backfill's runs, ranged runs and a next day already predicted
+are left alone: re-predicting a past day would replace what was served with what a later
+champion says (`score_day` does that, by hand).
 """
 
 import datetime as dt
@@ -24,11 +34,12 @@ from collections.abc import Mapping
 import dagster as dg
 
 from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DRIFT_EVENT
-from assets.usecase import UseCase
+from assets.usecase import UseCase, partition_day
 from pipelines.jobs import Job, definition_name
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings, retrain_request
 
 EVENT_TAG = "ml_lifecycle/drift_event"
+PREDICTED_AFTER_TAG = "ml_lifecycle/predicted_after_run"
 BATCH = 200
 """feature_drift materializations read per evaluation (a backfill can write many at once)."""
 
@@ -49,12 +60,10 @@ def build_drift_sensor(
         name=definition_name(case, "drift_retrain"),
         job=retrain_job,
         minimum_interval_seconds=300,
-        default_status=(
-            dg.DefaultSensorStatus.RUNNING if settings.running else dg.DefaultSensorStatus.STOPPED
-        ),
+        default_status=settings.sensor_status,
         description=(
             f"Requests one retrain per drift event recorded by {name} (the champion's score"
-            " drifted), at most one per {settings.drift_cooldown_hours:g} h, never while a"
+            f" drifted), at most one per {settings.drift_cooldown_hours:g} h, never while a"
             " retrain is running."
         ),
     )
@@ -128,3 +137,55 @@ def build_drift_sensor(
         )
 
     return drift_retrain
+
+
+def build_prediction_sensor(
+    case: UseCase, settings: AutomationSettings, daily_job: Job, predict_job: Job
+) -> dg.SensorDefinition:
+    """`case`'s sensor requesting `predict_job` (its `predict_day`) for the day after each day
+    `daily_job` (its `daily_partition`) published."""
+    last = case.partitions.definition().get_last_partition_key()
+    predictions = case.key("batch_predictions")
+
+    @dg.run_status_sensor(
+        name=definition_name(case, "predict_next_day"),
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[daily_job],
+        request_job=predict_job,
+        minimum_interval_seconds=60,
+        default_status=settings.sensor_status,
+        description=(
+            f"After each day's {daily_job.name} run, predicts the next day ({predict_job.name}),"
+            " once; backfills, ranges and days already predicted are left alone."
+        ),
+    )
+    def predict_next_day(context: dg.RunStatusSensorContext):
+        return next_day_request(context.instance, context.dagster_run, last, predictions)
+
+    return predict_next_day
+
+
+def next_day_request(
+    instance: dg.DagsterInstance,
+    run: dg.DagsterRun,
+    last_partition: str | None,
+    predictions: dg.AssetKey,
+) -> dg.RunRequest | dg.SkipReason:
+    """The `predict_day` request that follows a successful daily run `run`, or why none."""
+    if run.tags.get("dagster/backfill"):
+        return dg.SkipReason(f"run {run.run_id} is part of a backfill: past days stay as predicted")
+    day = run.tags.get("dagster/partition")
+    if day is None:
+        return dg.SkipReason(f"run {run.run_id} is no run of one day")
+    following = (partition_day(day) + dt.timedelta(days=1)).isoformat()
+    if last_partition is None or following > last_partition:
+        return dg.SkipReason(f"{following} is past the last partition ({last_partition})")
+    if following in instance.get_materialized_partitions(predictions):
+        return dg.SkipReason(
+            f"{following} is already predicted; `score_day` re-scores a day by hand"
+        )
+    return dg.RunRequest(
+        run_key=f"predict:{following}",
+        partition_key=following,
+        tags={TRIGGER_TAG: "daily_partition", PREDICTED_AFTER_TAG: run.run_id},
+    )

@@ -185,6 +185,13 @@ class LakeTable:
             return pq.read_metadata(source).num_rows
 
     @property
+    def columns(self) -> list[str]:
+        import pyarrow.parquet as pq
+
+        with self.path.open("rb") as source:
+            return pq.read_schema(source).names
+
+    @property
     def row_groups(self) -> int:
         """How many frames `frames` gives (one for a table of no row groups)."""
         import pyarrow.parquet as pq

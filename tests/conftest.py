@@ -16,7 +16,7 @@ from resources.expectations import GreatExpectations
 from resources.lake import ParquetLake
 from resources.sources import DropFolderSource
 from usecases.flights import USE_CASE as CASE
-from usecases.flights.contracts import FLIGHTS, WEATHER
+from usecases.flights.contracts import FLIGHTS, SCHEDULE, WEATHER
 from usecases.flights.source import BundledFlightsSource
 
 # The shared trained world (session-scoped `world` fixture).
@@ -90,13 +90,9 @@ GOOD_DAY = "2013-01-02"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 DAILY = select(
-    "raw_flights",
-    "raw_weather",
-    "validated_flights",
-    "quarantined_flights",
-    "validated_weather",
-    "quarantined_weather",
-)
+    *(f"{stage}_{table}" for table in ("flight_schedule", "flights", "weather")
+      for stage in ("raw", "validated", "quarantined"))
+)  # fmt: skip
 DIMENSIONS = select("planes", "airlines", "airports")
 DAY_WINDOW = (pd.Timestamp("2013-01-02T05:00:00Z"), pd.Timestamp("2013-01-03T05:00:00Z"))
 """[start, end) of GOOD_DAY in UTC: a New York day in winter starts at 05:00 UTC."""
@@ -112,12 +108,22 @@ def data_assets() -> list:
 
 def bundled_day(table: str, day: str = GOOD_DAY) -> pd.DataFrame:
     """A day of the real data, with its timestamps parsed as a drop's would be."""
-    contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
+    contract = {"flights": FLIGHTS, "weather": WEATHER, "flight_schedule": SCHEDULE}[table]
     return (
         BundledFlightsSource()
         .read_day(table, dt.date.fromisoformat(day), timestamp_columns=contract.timestamp_columns)
         .frame
     )
+
+
+EVENT_TABLES = ("flight_schedule", "flights", "weather")
+"""The flights use case's event tables: a day's drops."""
+
+
+def write_day_drops(root: Path, day: str) -> None:
+    """The bundled data's drops of every event table of `day`."""
+    for table in EVENT_TABLES:
+        write_csv_drop(root, table, day, bundled_day(table, day))
 
 
 def write_csv_drop(root: Path, table: str, day: str, frame: pd.DataFrame) -> Path:
@@ -134,13 +140,12 @@ def write_csv_drop(root: Path, table: str, day: str, frame: pd.DataFrame) -> Pat
 
 @pytest.fixture
 def drops(tmp_path: Path) -> Path:
-    """A drop folder with the dimension tables and GOOD_DAY's flights and weather."""
+    """A drop folder with the dimension tables and GOOD_DAY's schedule, flights and weather."""
     root = tmp_path / "drops"
     root.mkdir()
     for table in ("planes", "airlines", "airports"):
         BundledFlightsSource().read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
-    for table in ("flights", "weather"):
-        write_csv_drop(root, table, GOOD_DAY, bundled_day(table))
+    write_day_drops(root, GOOD_DAY)
     return root
 
 

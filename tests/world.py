@@ -30,9 +30,8 @@ from tests.conftest import (
     CASE,
     RANGE_END_TAG,
     RANGE_START_TAG,
-    bundled_day,
     node,
-    write_csv_drop,
+    write_day_drops,
 )
 from usecases.flights.source import BundledFlightsSource
 
@@ -147,8 +146,7 @@ def make_drops(root: Path, days: list[str]) -> Path:
     for table in ("airlines", "airports", "planes"):
         BundledFlightsSource().read_table(table).frame.to_csv(root / f"{table}.csv", index=False)
     for day in days:
-        for table in ("flights", "weather"):
-            write_csv_drop(root, table, day, bundled_day(table, day))
+        write_day_drops(root, day)
     return root
 
 

@@ -14,7 +14,14 @@ import pytest
 from pipelines.run import day_outcomes
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
-from tests.conftest import GOOD_DAY, Lifecycle, bundled_day, select, write_csv_drop
+from tests.conftest import (
+    GOOD_DAY,
+    Lifecycle,
+    bundled_day,
+    select,
+    write_csv_drop,
+    write_day_drops,
+)
 from usecases.flights.contracts import FLIGHTS
 
 pytestmark = pytest.mark.integration
@@ -354,8 +361,7 @@ def published_events(result: dg.ExecuteInProcessResult, asset: str) -> dict[str,
 
 def test_a_bad_day_inside_a_batched_range_is_refused_alone(lifecycle: Lifecycle, drops: Path):
     for day in RANGE[1:]:
-        for table in ("flights", "weather"):
-            write_csv_drop(drops, table, day, bundled_day(table, day))
+        write_day_drops(drops, day)
     lifecycle.load_dimensions()
     assert lifecycle.materialize_range(RANGE[0], RANGE[-1]).success
     bad_day = RANGE[2]
@@ -403,8 +409,7 @@ def test_a_batched_step_retried_after_a_lost_connection_records_each_day_once(
     lifecycle: Lifecycle, drops: Path, monkeypatch: pytest.MonkeyPatch
 ):
     for day in RANGE[1:]:
-        for table in ("flights", "weather"):
-            write_csv_drop(drops, table, day, bundled_day(table, day))
+        write_day_drops(drops, day)
     lifecycle.load_dimensions()
     read = DropFolderSource.read_day_chunks
     failed: list[str] = []

@@ -84,8 +84,10 @@ def _drops(root: Path) -> Path:
             weather = weather[~gap]
         write_csv_drop(root, "weather", day, weather)
         write_csv_drop(root, "flights", day, bundled_day("flights", day))
+        write_csv_drop(root, "flight_schedule", day, bundled_day("flight_schedule", day))
     write_csv_drop(root, "weather", NO_FLIGHTS_DAY, bundled_day("weather", NO_FLIGHTS_DAY))
-    write_csv_drop(root, "flights", NO_FLIGHTS_DAY, bundled_day("flights", NO_FLIGHTS_DAY)[:0])
+    for table in ("flights", "flight_schedule"):
+        write_csv_drop(root, table, NO_FLIGHTS_DAY, bundled_day(table, NO_FLIGHTS_DAY)[:0])
     return root
 
 

@@ -5,7 +5,9 @@ versions, the same training set and, for the same seed and layout (2 torchrun pr
 The constants were first recorded at commit a2c2dc8 (before the lifecycle became generic, issue
 18) and recorded again when a day's flights came to be predicted at the day's start (issue 20):
 `flight_features` stamped at the day's start, `weather_features` when each hour is over, the
-training set's entity rows as of their day's start. Every other data version is unchanged. They
+training set's entity rows as of their day's start. `flight_features` changed once more when it
+came to be built from the day's schedule and to carry every join key (a day's rows are the
+flights predicted for it); the training set and every other data version are unchanged. They
 hold on this project's CPU build of torch; another build or a GPU may round differently, and
 then this test says so first."""
 
@@ -27,7 +29,7 @@ DATA_VERSIONS = {
     "quarantined_flights": "132ff26226d8d0f735b4841bf22c57641567c410d2fe891336d96301e2cc6d4c",
     "validated_weather": "96db0ca5f64dba0c7eae779471738df2c1cb7b2d982298593a94124ae72d2322",
     "quarantined_weather": "45082f840c921895edeef58b4baf8ee2fe95cb91527a878b35770b81bc960aee",
-    "flight_features": "d9f89ba0090608428f23312e7d27b259060b73778f2bc700e4ea257d391db09b",
+    "flight_features": "93324a5c3e451527545c801932cb0c7b82640631d032175c357cdae100130adf",
     "flight_outcomes": "074d8a9a6dba9a15ea56d06006487d11aa8f9d7896338ba29a55b540d949bbe4",
     "weather_features": "45cade4816d5dcaf78fb6ba473b45ce05f10d50859b3b76a0f8e4f27f8557dd7",
     "aircraft_features": "25f78393e6670d4a43ac814dfa7952ec19571a9b90b79c5b8a84e5a41aa14e9a",
@@ -44,12 +46,15 @@ TRAINING_SET_FINGERPRINT = "47c0a78f070ad291c6182027ef9964093cdb6b4d14f17f380153
 WEIGHTS_SHA256 = {
     "AVX512": "fe8f2180a47189761d6f46332655173b39413f3b70a607529854902561313708",
     "AVX2": "fe8f2180a47189761d6f46332655173b39413f3b70a607529854902561313708",
+    "AVX512 with AMX": "f85b0fe37e32867e155606b596a0d3695cea90780e1d7cb01dbc205939c35a66",
 }
 """The weights by the CPU kernels torch dispatches to (`torch.backends.cpu.get_cpu_capability`):
 the same float operations vectorized at another width may round differently. Recorded on
 2026-12-03 on an AVX512 machine, and with `ATEN_CPU_CAPABILITY=avx2` on it, which reproduced the
 hash an AVX2-only machine had recorded for the previous training set; on this one both give the
-same weights."""
+same weights. A Xeon with AMX and AVX512-FP16 (also "AVX512" to torch) gives other weights from
+the same training set: recorded there on 2026-12-03, where the code of 9bc8777, before the
+schedule became an input of its own, gave the same hash."""
 
 
 def first_data_version(world: World, asset: str, partition: str | None) -> str | None:

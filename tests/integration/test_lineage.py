@@ -1,6 +1,7 @@
 """`pipelines.lineage` on the trained world: the champion and one of its predictions traced back
 to the raw partitions, checked against the event log and the registered manifest."""
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -127,16 +128,23 @@ def test_a_prediction_resolves_to_its_model_versions_chain(world: World):
     ]
     (scored,) = lineage.find(asset_name("batch_predictions"))
     assert scored.partition == SCORED_DAY
-    # The day's own feature partitions, not the training window's.
+    # Predicted before the day: the day's partitions of the tables built ahead of it, the day
+    # before's of the weather (its last hour is what was known at the day's start); never the
+    # day's outcomes, nor the training window's partitions.
+    before = (dt.date.fromisoformat(SCORED_DAY) - dt.timedelta(days=1)).isoformat()
     read = {i.asset: i.partitions for i in scored.inputs}
-    assert read and all(partitions == [SCORED_DAY] for partitions in read.values())
+    assert read == {asset_name(t): [SCORED_DAY] for t in CASE.ahead_feature_tables} | {
+        asset_name("weather_features"): [before]
+    }
     tables = [m for m in lineage.prediction_materializations if m.asset in read]
     assert {m.asset for m in tables} == set(read)
-    assert {m.partition for m in tables} == {SCORED_DAY}
+    assert {m.partition for m in tables} == {SCORED_DAY, before}
     assert {m.asset for m in lineage.prediction_materializations} >= {
-        asset_name("raw_flights"),
+        asset_name("raw_flight_schedule"),
+        asset_name("raw_flights"),  # of the days before, through the delay histories
         asset_name("raw_weather"),
     }
+    assert asset_name("flight_outcomes") not in read
     predicted_from = {m.asset for m in lineage.prediction_materializations}
     assert asset_name("registered_model") not in predicted_from
     assert Lineage.from_dict(json.loads(json.dumps(lineage.to_dict()))) == lineage

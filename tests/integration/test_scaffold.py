@@ -260,8 +260,16 @@ def test_the_declaration_is_inferred_from_the_sample(project: Project):
 
 
 def test_every_stage_ran_from_ingestion_to_the_scored_day(project: Project):
-    failed = [name for name, result in project.runs.items() if not result.success]
-    assert failed == []
+    failed = {
+        name: [
+            f"{event.step_key}: {error.message.strip()}"
+            for event in result.all_events
+            if (error := getattr(event.event_specific_data, "error", None)) is not None
+        ]
+        for name, result in project.runs.items()
+        if not result.success
+    }
+    assert failed == {}
     day = FIRST + dt.timedelta(days=DAYS - 1)
     daily = project.runs[f"daily_partition:{day.isoformat()}"]
     done = {

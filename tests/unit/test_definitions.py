@@ -33,6 +33,9 @@ def test_loading_the_code_location_imports_no_heavy_library():
 
 
 FLIGHTS_ASSETS = {
+    "raw_flight_schedule",
+    "validated_flight_schedule",
+    "quarantined_flight_schedule",
     "raw_flights",
     "raw_weather",
     "planes",
@@ -50,6 +53,9 @@ FLIGHTS_ASSETS = {
     "route_history",
 }
 RIDERSHIP_ASSETS = {
+    "raw_day_plan",
+    "validated_day_plan",
+    "quarantined_day_plan",
     "raw_station_days",
     "raw_day_conditions",
     "validated_station_days",
@@ -87,8 +93,10 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {
+        ("flights/raw_flight_schedule", "flight_schedule_contract"),
         ("flights/raw_flights", "flights_contract"),
         ("flights/raw_weather", "weather_contract"),
+        ("ridership/raw_day_plan", "day_plan_contract"),
         ("ridership/raw_station_days", "station_days_contract"),
         ("ridership/raw_day_conditions", "day_conditions_contract"),
         *(("flights/model_evaluation", rule) for rule in GATE_RULES),
@@ -126,11 +134,33 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     assert {
         "flights/raw_flights",
         "flights/online_features",
-        "flights/batch_predictions",
         "flights/feature_drift",
+        "flights/realized_performance",
     } <= nightly
     assert all(k.startswith("flights/") for k in nightly), "a day of one case runs only its own"
-    assert not nightly & {"flights/feature_registry", "flights/training_set", "flights/planes"}
+    # The day's predictions were made the night before, by its own run.
+    assert not nightly & {
+        "flights/feature_registry",
+        "flights/training_set",
+        "flights/planes",
+        "flights/batch_predictions",
+    }
+    ahead = {
+        k.path[-1]
+        for k in defs.resolve_job_def("flights_predict_day").asset_layer.executable_asset_keys
+    }
+    assert ahead == {
+        *("raw_flight_schedule", "validated_flight_schedule", "quarantined_flight_schedule"),
+        *("flight_features", "aircraft_features", "carrier_history", "route_history"),
+        "batch_predictions",
+    }
+    # What the predictions of a day read: its tables built ahead, the rest as of the day before.
+    predictions = graph.get(key("batch_predictions"))
+    assert predictions.parent_keys == {
+        key(name)
+        for name in ("registered_model", "flight_features", "aircraft_features", "carrier_history",
+                     "route_history", "weather_features")
+    }  # fmt: skip
     retrain_all = {
         k.path[-1]
         for k in defs.resolve_job_def("flights_retrain").asset_layer.executable_asset_keys

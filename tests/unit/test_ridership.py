@@ -209,11 +209,14 @@ DAY = dt.date(2015, 6, 15)  # a Monday
 
 
 def day_features(day: dt.date, today: pd.DataFrame, previous: Sequence[pd.DataFrame]) -> dict:
-    conditions = [source.read_day("day_conditions", day)]
+    """The day's feature tables from what its declaration hands them: its plan, the days before,
+    and (to prove they are never read) its own counts and conditions beside them."""
+    plan = source.read_day("day_plan", day)
+    before = [source.read_day("day_conditions", day - dt.timedelta(days=n)) for n in (1, 0)]
     return {
-        "station_calendar": whole(features.station_calendar(day, [today])).frame,
+        "station_calendar": whole(features.station_calendar(day, [plan])).frame,
         "station_history": features.station_history(day, [*previous, today]).frame,
-        "day_weather": whole(features.day_weather(day, [today], conditions)).frame,
+        "day_weather": whole(features.day_weather(day, [plan], before)).frame,
     }
 
 
@@ -296,8 +299,8 @@ def test_history_of_a_day_without_any_previous_rows_is_empty():
 
 def test_the_calendar_knows_weekends_and_observed_federal_holidays():
     def calendar(day: dt.date) -> pd.Series:
-        today = source.read_day("station_days", day)
-        return whole(features.station_calendar(day, [today])).frame.iloc[0]
+        plan = source.read_day("day_plan", day)
+        return whole(features.station_calendar(day, [plan])).frame.iloc[0]
 
     # 2015-07-04 was a Saturday: the holiday was observed on Friday the 3rd.
     friday, saturday = calendar(dt.date(2015, 7, 3)), calendar(dt.date(2015, 7, 4))
@@ -308,16 +311,30 @@ def test_the_calendar_knows_weekends_and_observed_federal_holidays():
     assert calendar(dt.date(2015, 6, 19))["days_to_holiday"] == 14
 
 
-def test_weather_joins_the_days_conditions_to_every_station_and_nothing_without_them():
-    today = source.read_day("station_days", DAY)
-    conditions = source.read_day("day_conditions", DAY)
-    table = whole(features.day_weather(DAY, [today.iloc[:12], today.iloc[12:]], [conditions]))
-    assert table.counts == {"rows": 20, "days_without_conditions": 0}
-    assert (table.frame["temp_f"] == conditions["temp"].item()).all()
-    assert (table.frame["white_sox_home"] == conditions["white_sox_home"].item()).all()
-    missing = whole(features.day_weather(DAY, [today], [conditions.iloc[0:0]]))
-    assert missing.frame.empty and missing.counts == {"rows": 0, "days_without_conditions": 1}
+def test_weather_is_the_day_befores_and_the_games_are_the_days_plans():
+    plan = source.read_day("day_plan", DAY)
+    yesterday = source.read_day("day_conditions", DAY - dt.timedelta(days=1))
+    today = source.read_day("day_conditions", DAY)
+    assert yesterday["temp"].item() != today["temp"].item()  # the check below can fail
+    table = whole(features.day_weather(DAY, [plan.iloc[:12], plan.iloc[12:]], [yesterday, today]))
+    assert table.counts == {"rows": 20, "days_without_weather": 0}
+    assert (table.frame["temp_f"] == yesterday["temp"].item()).all()
+    assert (table.frame["white_sox_home"] == plan["white_sox_home"]).all()
+    # The home games of the plan are the data's record of the day.
+    assert (plan["white_sox_home"] == today["white_sox_home"].item()).all()
+    # Without the day before, the weather is unknown; the games and the rows stay.
+    missing = whole(features.day_weather(DAY, [plan], [today]))
+    assert missing.counts == {"rows": 20, "days_without_weather": 1}
+    assert missing.frame["temp_f"].isna().all()
+    assert (missing.frame["bulls_home"] == plan["bulls_home"]).all()
     assert list(missing.frame.columns) == list(table.frame.columns)
+
+
+def test_a_days_plan_is_its_counted_stations_without_their_counts():
+    plan, counts = source.read_day("day_plan", DAY), source.read_day("station_days", DAY)
+    assert "rides" not in plan.columns
+    assert plan["station"].tolist() == counts["station"].tolist()
+    assert (plan["time"] == counts["time"]).all()
 
 
 # The baseline

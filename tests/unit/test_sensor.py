@@ -8,10 +8,17 @@ import pytest
 
 from pipelines.jobs import build_jobs, definition_name, find_job
 from pipelines.schedules import AutomationSettings
-from pipelines.sensors import EVENT_TAG, build_drift_sensor
+from pipelines.sensors import (
+    EVENT_TAG,
+    PREDICTED_AFTER_TAG,
+    build_drift_sensor,
+    build_prediction_sensor,
+    next_day_request,
+)
 from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 RETRAIN = find_job(build_jobs(TINY), TINY, "retrain")
 SETTINGS = dataclasses.replace(AutomationSettings.from_env(TINY, {}), training_days=7)
 SENSOR = build_drift_sensor(TINY, SETTINGS, RETRAIN)
@@ -91,3 +98,40 @@ def test_another_jobs_run_for_the_same_event_does_not_answer_it():
         record_drift(instance, "2024-03-01", event=True)
         (request,) = evaluate(instance)[0].run_requests or []
         assert request.run_key == "drift:v3:2024-03-01"
+
+
+# The next day's predictions
+
+
+def test_a_published_day_requests_the_next_days_prediction_once():
+    from usecases.flights import USE_CASE as FLIGHTS
+
+    jobs = build_jobs(FLIGHTS)
+    daily, predict = (find_job(jobs, FLIGHTS, name) for name in ("daily_partition", "predict_day"))
+    settings = AutomationSettings.from_env(FLIGHTS, {})
+    sensor = build_prediction_sensor(FLIGHTS, settings, daily, predict)
+    assert sensor.name == "flights_predict_next_day" and sensor.job_name == predict.name
+    predictions = FLIGHTS.key("batch_predictions")
+
+    def after(tags: dict[str, str]) -> dg.RunRequest | dg.SkipReason:
+        run = dg.DagsterRun(job_name=daily.name, run_id="a-daily-run", tags=tags)
+        return next_day_request(instance, run, "2013-12-31", predictions)
+
+    with dg.instance_for_test() as instance:
+        request = after({"dagster/partition": "2013-03-01"})
+        assert isinstance(request, dg.RunRequest)
+        assert (request.partition_key, request.run_key) == ("2013-03-02", "predict:2013-03-02")
+        assert request.tags[PREDICTED_AFTER_TAG] == "a-daily-run"
+        for tags, why in (
+            ({"dagster/partition": "2013-03-01", "dagster/backfill": "b1"}, "part of a backfill"),
+            ({RANGE_START: "2013-03-01", RANGE_END: "2013-03-05"}, "no run of one day"),
+            ({"dagster/partition": "2013-12-31"}, "past the last partition"),
+        ):
+            skip = after(tags)
+            assert isinstance(skip, dg.SkipReason) and why in (skip.skip_message or ""), tags
+        # A next day already predicted keeps what was served (a re-run of an old day).
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=predictions, partition="2013-03-02")
+        )
+        skip = after({"dagster/partition": "2013-03-01"})
+        assert isinstance(skip, dg.SkipReason) and "already predicted" in (skip.skip_message or "")

@@ -44,13 +44,30 @@ def test_the_bundled_declarations_are_valid_and_apart():
          "partitions.end"),
         ({"label": dataclasses.replace(FLIGHTS.label, task="ranking")}, "label.task"),
         ({"label": dataclasses.replace(FLIGHTS.label, table="nowhere")}, "label.table"),
-        ({"dimensions": ()}, "event_tables[flights].contract"),
+        ({"dimensions": ()}, "event_tables[flight_schedule].contract"),
         ({"prediction": Prediction(at="noon")}, "prediction.at"),  # type: ignore[arg-type]
+        ({"prediction": Prediction(entities="nowhere")}, "prediction.entities"),
+        # The outcomes table is built from the day's own flights: not known before the day.
+        ({"prediction": Prediction(entities="flight_outcomes")}, "prediction.entities"),
     ],
 )  # fmt: skip
 def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):
     with pytest.raises(DeclarationError, match=rf"use case '\w+': {re.escape(field)}"):
         dataclasses.replace(FLIGHTS, **change)
+
+
+def test_a_day_is_predicted_from_the_tables_published_before_it():
+    assert FLIGHTS.predicts_ahead and RIDERSHIP.predicts_ahead
+    assert FLIGHTS.ahead_tables == ["flight_schedule"]
+    assert RIDERSHIP.ahead_tables == ["day_plan"]
+    # Built from the schedule, the days before or a dimension alone; not from the day's flights
+    # or weather.
+    assert FLIGHTS.ahead_feature_tables == [
+        "flight_features", "aircraft_features", "carrier_history", "route_history"
+    ]  # fmt: skip
+    assert RIDERSHIP.ahead_feature_tables == ["station_calendar", "station_history", "day_weather"]
+    with pytest.raises(DeclarationError, match=r"'flight_outcomes' reads the day's \['flights'\]"):
+        dataclasses.replace(FLIGHTS, prediction=Prediction(entities="flight_outcomes"))
 
 
 def test_entity_rows_are_taken_at_the_event_or_at_the_start_of_its_day():

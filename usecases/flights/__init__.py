@@ -25,7 +25,7 @@ from assets.usecase import (
     TrainingWindow,
     UseCase,
 )
-from usecases.flights.contracts import FLIGHTS, WEATHER, flag_cancellations
+from usecases.flights.contracts import FLIGHTS, SCHEDULE, WEATHER, flag_cancellations
 from usecases.flights.source import BundledFlightsSource
 
 if TYPE_CHECKING:
@@ -50,11 +50,11 @@ HISTORY_INPUT_COLUMNS = (
 # The builders import pandas and the feature code when a step runs, not when Dagster loads this.
 
 
-def _flight_features(day: "dt.date", flights: "Iterable[pd.DataFrame]") -> "TableStream":
+def _flight_features(day: "dt.date", flight_schedule: "Iterable[pd.DataFrame]") -> "TableStream":
     from ml.features import per_chunk
     from usecases.flights import features
 
-    return per_chunk(features.flight_features, flights)
+    return per_chunk(features.flight_features, flight_schedule)
 
 
 def _flight_outcomes(day: "dt.date", flights: "Iterable[pd.DataFrame]") -> "TableStream":
@@ -71,11 +71,11 @@ def _weather_features(day: "dt.date", weather: "Iterable[pd.DataFrame]") -> "Tab
 
 
 def _aircraft_features(
-    day: "dt.date", flights: "Iterable[pd.DataFrame]", planes: "pd.DataFrame"
+    day: "dt.date", flight_schedule: "Iterable[pd.DataFrame]", planes: "pd.DataFrame"
 ) -> "TableStream":
     from usecases.flights import features
 
-    return features.aircraft_features(flights, planes)
+    return features.aircraft_features(flight_schedule, planes)
 
 
 def _history_days(keys: tuple[str, ...]):
@@ -100,6 +100,7 @@ def _history(keys: tuple[str, ...]):
     return build
 
 
+_SCHEDULED = Day("flight_schedule")
 _DEPARTURES = Day("flights")
 _HISTORY = Trailing("flights", HISTORY_DAYS, HISTORY_INPUT_COLUMNS)
 
@@ -110,8 +111,13 @@ USE_CASE = UseCase(
     source=BundledFlightsSource,
     event_tables=(
         EventTable(
+            SCHEDULE,
+            "The day's departures as scheduled, published before the day: no outcome column.",
+            ahead=True,
+        ),
+        EventTable(
             FLIGHTS,
-            "The day's scheduled departures from New York airports, exactly as delivered.",
+            "The day's departures from New York airports and how they went, as delivered.",
             publish=flag_cancellations,
             counted_flags=("cancelled", "diverted"),
         ),
@@ -129,7 +135,7 @@ USE_CASE = UseCase(
             "flight_features",
             "Per flight: schedule and calendar (hour, weekday, month, holiday distance).",
             _flight_features,
-            {"flights": _DEPARTURES},
+            {"flight_schedule": _SCHEDULED},
         ),
         FeatureTableSpec(
             "flight_outcomes",
@@ -147,7 +153,7 @@ USE_CASE = UseCase(
             "aircraft_features",
             "Per tail number flying that day: age on the day, seats, engines, type.",
             _aircraft_features,
-            {"flights": _DEPARTURES, "planes": Lookup("planes")},
+            {"flight_schedule": _SCHEDULED, "planes": Lookup("planes")},
         ),
         FeatureTableSpec(
             "carrier_history",
@@ -169,9 +175,9 @@ USE_CASE = UseCase(
         view="flight_outcome", column="arrival_delayed", task="binary", table="flight_outcomes"
     ),
     registered_model="flight_delay",
-    # A day's flights are predicted before the day (its schedule is published ahead): features
-    # as known at its local midnight, for training as for serving.
-    prediction=Prediction(at="day_start"),
+    # A day's flights are predicted the night before, from its schedule (published ahead):
+    # features as known at its local midnight, for training as for serving.
+    prediction=Prediction(at="day_start", entities="flight_features"),
     window=TrainingWindow(
         days=31,
         default={

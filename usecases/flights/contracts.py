@@ -3,6 +3,7 @@ this. The rule kinds are generic (`resources.expectations.TableContract`); the c
 sets below are the flights'.
 """
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from resources.expectations import ColumnRule, TableContract
@@ -81,6 +82,17 @@ FLIGHTS = TableContract(
     missing_values=MISSING,
 )
 """One row per scheduled departure from a New York airport; the day is the local departure day."""
+
+OUTCOME_COLUMNS = ("dep_time", "dep_delay", "arr_time", "arr_delay", "air_time")
+"""What a flight's day adds to its schedule: when it left and arrived, if it did."""
+
+SCHEDULE = dataclasses.replace(
+    FLIGHTS,
+    table="flight_schedule",
+    columns=tuple(rule for rule in FLIGHTS.columns if rule.column not in OUTCOME_COLUMNS),
+)
+"""The day's departures as scheduled, published before the day: the flights' rows without any
+outcome column. What the day's predictions are made from."""
 
 WEATHER = TableContract(
     table="weather",

@@ -105,7 +105,9 @@ def flight_id(flights: pd.DataFrame) -> pd.Series:
 
 
 def flight_features(flights: pd.DataFrame) -> FeatureTable:
-    """Per flight: what the schedule says, and where it falls in the calendar."""
+    """Per flight: what the schedule says, and where it falls in the calendar. Its rows also
+    carry the keys every feature view joins on (`carrier` ... `tailnum`): a day's rows of this
+    table are the flights predicted for it, before any has flown."""
     local = scheduled_departure(flights).dt.tz_convert(DATA_TIMEZONE)
     days = pd.DatetimeIndex(local.dt.tz_localize(None).dt.normalize())
     to_next, since_last = _holiday_distances(days)
@@ -122,9 +124,15 @@ def flight_features(flights: pd.DataFrame) -> FeatureTable:
             "month": local.dt.month.astype("int64"),
             "days_to_holiday": to_next,
             "days_since_holiday": since_last,
+            **_join_keys(flights),
         }
     )
     return FeatureTable(_ordered(frame, ["flight_id"]), {"flights": len(frame)})
+
+
+def _join_keys(flights: pd.DataFrame) -> dict[str, pd.Series]:
+    """The entity columns of each flight, besides `flight_id`, that the feature views join on."""
+    return {key: flights[key].astype("string") for key in ("carrier", "origin", "dest", "tailnum")}
 
 
 def flight_outcomes(flights: pd.DataFrame) -> FeatureTable:
@@ -139,10 +147,7 @@ def flight_outcomes(flights: pd.DataFrame) -> FeatureTable:
         {
             "flight_id": flight_id(flights),
             EVENT_TIMESTAMP: scheduled_departure(flights),
-            "carrier": flights["carrier"].astype("string"),
-            "origin": flights["origin"].astype("string"),
-            "dest": flights["dest"].astype("string"),
-            "tailnum": flights["tailnum"].astype("string"),
+            **_join_keys(flights),
             "arr_delay_min": delay,
             "arrival_delayed": label,
             "cancelled": cancelled.astype("bool"),

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.sources import RawSource, RawTable, SourceError, checked_table_name, parse_timestamps
+from usecases.flights.contracts import OUTCOME_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+SCHEDULE = "flight_schedule"
+"""The table the bundled data derives: a day's flights as scheduled, without their outcomes."""
 
 
 class BundledFlightsSource(RawSource):
@@ -26,6 +31,10 @@ class BundledFlightsSource(RawSource):
     A day's rows are those whose local `year`/`month`/`day` columns name that day, which is how
     the data set defines its days. The files spell a missing value `NA` (or leave the field
     empty), as the bundled contracts declare, so `missing_values` changes nothing here.
+
+    The data set records flights after the fact; the `flight_schedule` a carrier publishes ahead
+    of a day is derived from it: the day's flights with every outcome column removed
+    (`contracts.OUTCOME_COLUMNS`).
     """
 
     def read_day(
@@ -36,15 +45,18 @@ class BundledFlightsSource(RawSource):
         timestamp_columns: Sequence[str] = (),
         missing_values: Mapping[str, Sequence[str]] | None = None,
     ) -> RawTable:
-        days = bundled_days(checked_table_name(table))
-        frame = days.get(day)
+        read = "flights" if checked_table_name(table) == SCHEDULE else table
+        frame = bundled_days(read).get(day)
         if frame is None:
-            frame = bundled_frame(table).iloc[0:0]
+            frame = bundled_frame(read).iloc[0:0]
+        if read != table:
+            frame = frame.drop(columns=list(OUTCOME_COLUMNS))
         frame = parse_timestamps(frame.reset_index(drop=True), timestamp_columns)
+        fragment = f"table={table}&day={day.isoformat()}" if read != table else f"day={day}"
         return RawTable(
             frame=frame,
-            uri=f"{bundled_path(table).as_uri()}#day={day.isoformat()}",
-            sha256=bundled_file(table).sha256,
+            uri=f"{bundled_path(read).as_uri()}#{fragment}",
+            sha256=bundled_file(read).sha256,
         )
 
     def read_table(self, table: str) -> RawTable:

@@ -2,7 +2,7 @@
 
 5,698 days (2001-2016) of riders entering 20 CTA stations, with the day's weather and home games.
 The task: how many riders (thousands) will enter a station on a day, from its earlier days, the
-calendar and the day's conditions (regression).
+calendar, the home games and the weather of the day before (regression).
 
 Everything specific to the ridership is in this folder and in `feature_repo/ridership.py`:
 contracts (`contracts.py`), the bundled data reshaped into daily tables (`source.py`,
@@ -26,7 +26,7 @@ from assets.usecase import (
     UseCase,
 )
 from usecases.ridership.bundled import BundledRidershipSource
-from usecases.ridership.contracts import DAY_CONDITIONS, STATION_DAYS
+from usecases.ridership.contracts import DAY_CONDITIONS, DAY_PLAN, STATION_DAYS
 from usecases.ridership.days import TIMEZONE
 
 if TYPE_CHECKING:
@@ -51,10 +51,10 @@ def _station_day(day: "dt.date", rows: "Iterable[pd.DataFrame]") -> "TableStream
     return features.station_day(day, rows)
 
 
-def _station_calendar(day: "dt.date", rows: "Iterable[pd.DataFrame]") -> "TableStream":
+def _station_calendar(day: "dt.date", plan: "Iterable[pd.DataFrame]") -> "TableStream":
     from usecases.ridership import features
 
-    return features.station_calendar(day, rows)
+    return features.station_calendar(day, plan)
 
 
 def _station_histories(
@@ -72,14 +72,20 @@ def _station_history(day: "dt.date", previous: "Iterable[pd.DataFrame]") -> "Fea
 
 
 def _day_weather(
-    day: "dt.date", rows: "Iterable[pd.DataFrame]", conditions: "Iterable[pd.DataFrame]"
+    day: "dt.date", plan: "Iterable[pd.DataFrame]", before: "Iterable[pd.DataFrame]"
 ) -> "TableStream":
     from usecases.ridership import features
 
-    return features.day_weather(day, rows, conditions)
+    return features.day_weather(day, plan, before)
 
 
-_STATIONS_TODAY = Day("station_days")
+_COUNTED = Day("station_days")
+_PLANNED = Day("day_plan")
+CONDITIONS_COLUMNS = ("time", "temp_min", "temp", "temp_max", "dew", "humidity", "pressure",
+                      "wind", "gust", "percip", "percip_max", "weather_rain", "weather_snow",
+                      "weather_cloud", "weather_storm")  # fmt: skip
+"""The `day_conditions` columns `day_weather` reads of the day before
+(`features.CONDITIONS_COLUMNS`)."""
 
 USE_CASE = UseCase(
     name="ridership",
@@ -87,6 +93,11 @@ USE_CASE = UseCase(
     partitions=DailyPartitions(timezone=TIMEZONE, start="2001-01-22", end="2016-08-15"),
     source=BundledRidershipSource,
     event_tables=(
+        EventTable(
+            DAY_PLAN,
+            "The day's stations in service and home games scheduled, published before the day.",
+            ahead=True,
+        ),
         EventTable(
             STATION_DAYS,
             "The day's riders entering each station (thousands), as counted by the CTA.",
@@ -99,13 +110,13 @@ USE_CASE = UseCase(
             "station_day",
             "Per station and day: the riders who entered (thousands); the label.",
             _station_day,
-            {"rows": _STATIONS_TODAY},
+            {"rows": _COUNTED},
         ),
         FeatureTableSpec(
             "station_calendar",
             "Per station and day: weekday, month, day of year, weekend, holidays.",
             _station_calendar,
-            {"rows": _STATIONS_TODAY},
+            {"plan": _PLANNED},
         ),
         FeatureTableSpec(
             "station_history",
@@ -116,16 +127,17 @@ USE_CASE = UseCase(
         ),
         FeatureTableSpec(
             "day_weather",
-            "Per station and day: the day's temperatures, rain, snow and home games.",
+            "Per station and day: the home games that day and the weather of the day before.",
             _day_weather,
-            {"rows": _STATIONS_TODAY, "conditions": Day("day_conditions")},
+            {"plan": _PLANNED, "before": Trailing("day_conditions", 1, CONDITIONS_COLUMNS)},
         ),
     ),
     feature_service="ridership_v1",
     label=Label(view="station_day", column="rides", task="regression", table="station_day"),
     registered_model="ridership",
-    # A day's riders are predicted before the day: every row is already stamped at its start.
-    prediction=Prediction(at="day_start"),
+    # A day's riders are predicted the night before, for the stations of its plan: every row is
+    # stamped at the day's start and holds only what was known then.
+    prediction=Prediction(at="day_start", entities="station_calendar"),
     window=TrainingWindow(
         days=365,
         # `make run USE_CASE=ridership`: 120 days of summer 2015 (and 28 days of lead-in).

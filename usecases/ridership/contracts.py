@@ -83,4 +83,24 @@ DAY_CONDITIONS = TableContract(
 )
 """One row per day: Chicago's weather that day and which of the city's teams played."""
 
-RAW_CONTRACTS = {contract.table: contract for contract in (STATION_DAYS, DAY_CONDITIONS)}
+HOME_GAMES = tuple(f"{team}_home" for team in ("blackhawks", "bulls", "bears", "white_sox", "cubs"))
+"""The home games of the city's teams: scheduled long before the day."""
+
+DAY_PLAN = TableContract(
+    table="day_plan",
+    columns=(
+        ColumnRule("station", "text", required=True, allowed=STATIONS),
+        DAY,
+        TIME,
+        *(_game(column) for column in HOME_GAMES),
+    ),
+    natural_key=("station", "date"),
+    event_time="time",
+    min_rows=len(STATIONS),
+    max_rejected_share=0.05,
+    missing_values=MISSING,
+)
+"""One row per station in service on a day, with the home games scheduled in the city that day:
+published before the day, what the day's predictions are made for."""
+
+RAW_CONTRACTS = {contract.table: contract for contract in (STATION_DAYS, DAY_CONDITIONS, DAY_PLAN)}

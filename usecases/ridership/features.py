@@ -11,15 +11,14 @@ day:
 - `station_calendar`: the day's place in the calendar, known in advance;
 - `station_history`: the station's counts of the 28 days before the day only (a day's count is
   published after the day ends);
-- `day_weather`: which teams play at home that day (scheduled in advance) and the day's weather.
-  The weather is observed during the day: the use case reads it as the forecast for the day (a
-  forecast issued the evening before comes close), so a model trained on it must be served a
-  forecast of these same quantities.
+- `day_weather`: which teams play at home that day (scheduled in advance) and the weather of the
+  day before: the last day observed when the day is predicted (its own weather is observed during
+  it, after the prediction).
 
 Each builder takes the partition's day and its inputs by name, as a feature table's declaration
-hands them over: the day's rows of `station_days` (`rows`) and `day_conditions` (`conditions`)
-as iterables of chunks, and the rows of the previous days (`previous`). The stations of a day are
-those with a row in that day's `station_days`.
+hands them over: the day's rows of `station_days` (`rows`, the label's) or of `day_plan` (`plan`,
+published before the day) as iterables of chunks, and rows of the days before (`previous`,
+`before`). The stations predicted on a day are those of its plan.
 
 This module never imports Dagster or Feast.
 """
@@ -30,6 +29,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ml.features import EVENT_TIMESTAMP, FeatureTable, TableStream, per_chunk
+from usecases.ridership.contracts import HOME_GAMES
 from usecases.ridership.days import day_start, day_starts, local_days
 
 HISTORY_DAYS = 28
@@ -59,7 +59,7 @@ WEATHER_FEATURES = {
     "weather_storm": "storm_share",
 }
 """`day_conditions` columns → feature names with their units."""
-GAME_FEATURES = ("blackhawks_home", "bulls_home", "bears_home", "white_sox_home", "cubs_home")
+GAME_FEATURES = HOME_GAMES
 """Home games bring riders to the stations near the arenas and ballparks. In the data the two
 baseball teams' flags are one flag, set on every day of the baseball season."""
 
@@ -81,11 +81,12 @@ def station_day(day: dt.date, rows: Iterable[pd.DataFrame]) -> TableStream:
     return per_chunk(labels, rows)
 
 
-def station_calendar(day: dt.date, rows: Iterable[pd.DataFrame]) -> TableStream:
+def station_calendar(day: dt.date, plan: Iterable[pd.DataFrame]) -> TableStream:
     """Per station and day: the station itself (`station_code`, a category the model learns an
     embedding of), the day of the week (0 is Monday), month, day of the year, whether it is a
     weekend day or a US federal holiday (as observed), and the days to the nearest holiday,
-    before or after (capped at `HOLIDAY_HORIZON_DAYS`)."""
+    before or after (capped at `HOLIDAY_HORIZON_DAYS`). A day's rows are the stations of its plan:
+    the entities predicted that day."""
     to_holiday = _days_to_holiday(day)
     calendar = {
         EVENT_TIMESTAMP: day_start(day),
@@ -102,7 +103,7 @@ def station_calendar(day: dt.date, rows: Iterable[pd.DataFrame]) -> TableStream:
         frame = pd.DataFrame({"station": station, "station_code": station, **calendar})
         return FeatureTable(_ordered(frame), {"stations": len(frame)})
 
-    return per_chunk(features, rows)
+    return per_chunk(features, plan)
 
 
 def station_history(day: dt.date, previous: Iterable[pd.DataFrame]) -> FeatureTable:
@@ -157,18 +158,25 @@ def history_over(days: Iterable[dt.date], previous: Iterable[pd.DataFrame]) -> F
 
 
 def day_weather(
-    day: dt.date, rows: Iterable[pd.DataFrame], conditions: Iterable[pd.DataFrame]
+    day: dt.date, plan: Iterable[pd.DataFrame], before: Iterable[pd.DataFrame]
 ) -> TableStream:
-    """Per station and day: the day's weather (`WEATHER_FEATURES`) and home games
-    (`GAME_FEATURES`), the same for every station with a row that day. A day without conditions
-    gives no rows (the features are null when joined), counted in `days_without_conditions`."""
-    today = _day_values(day, conditions)
-    counts = {"rows": 0, "days_without_conditions": int(today is None)}
-    for chunk in rows:
-        if today is None:
-            frame = pd.DataFrame(columns=list(_WEATHER_DTYPES))
-        else:
-            frame = pd.DataFrame({"station": chunk["station"].astype("string"), **today})
+    """Per station of the day's plan: the home games scheduled that day (`GAME_FEATURES`, from
+    the plan) and the weather of the day before (`WEATHER_FEATURES`, the last day observed when
+    the day is predicted), the same for every station. Without conditions of the day before the
+    weather is null, counted in `days_without_weather`."""
+    weather = _weather_before(day, before)
+    counts = {"rows": 0, "days_without_weather": int(weather is None)}
+    values = weather or dict.fromkeys(WEATHER_FEATURES.values(), float("nan"))
+    for chunk in plan:
+        frame = pd.DataFrame(
+            {
+                "station": chunk["station"].astype("string"),
+                EVENT_TIMESTAMP: day_start(day),
+                **values,
+                **{game: chunk[game] for game in GAME_FEATURES},
+            },
+            index=chunk.index,
+        )
         counts["rows"] += len(frame)
         yield _ordered(frame.astype(_WEATHER_DTYPES))
     return counts
@@ -179,24 +187,23 @@ _WEATHER_DTYPES = (
     | dict.fromkeys(WEATHER_FEATURES.values(), "float64")
     | dict.fromkeys(GAME_FEATURES, "int64")
 )
+CONDITIONS_COLUMNS = ("time", *WEATHER_FEATURES)
+"""The `day_conditions` columns `day_weather` reads of the day before."""
 
 
-def _day_values(
-    day: dt.date, conditions: Iterable[pd.DataFrame]
-) -> dict[str, pd.Timestamp | float | int] | None:
-    """The event timestamp and the features of the day's one row of conditions; None without."""
-    found = [chunk for chunk in conditions if not chunk.empty]
-    if not found:
+def _weather_before(day: dt.date, before: Iterable[pd.DataFrame]) -> dict[str, float] | None:
+    """The weather features of the one row of conditions of the day before `day`; None without
+    one."""
+    found = [chunk for chunk in before if not chunk.empty]
+    rows = pd.concat(found, ignore_index=True) if found else pd.DataFrame()
+    if not rows.empty:
+        rows = rows[local_days(rows["time"]) == pd.Timestamp(day - dt.timedelta(days=1))]
+    if rows.empty:
         return None
-    today = pd.concat(found, ignore_index=True)
-    if len(today) > 1:  # the contract's natural key makes a published day one row
-        raise ValueError(f"day_weather {day}: {len(today)} rows of conditions, expected one")
-    row = today.iloc[0]
-    return (
-        {EVENT_TIMESTAMP: day_start(day)}
-        | {new: float(row[old]) for old, new in WEATHER_FEATURES.items()}
-        | {game: int(row[game]) for game in GAME_FEATURES}
-    )
+    if len(rows) > 1:  # the contract's natural key makes a published day one row
+        raise ValueError(f"day_weather {day}: {len(rows)} rows of conditions the day before")
+    row = rows.iloc[0]
+    return {new: float(row[old]) for old, new in WEATHER_FEATURES.items()}
 
 
 def _daily_grid(previous: Iterable[pd.DataFrame], days: pd.DatetimeIndex) -> pd.DataFrame:

