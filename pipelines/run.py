@@ -473,8 +473,11 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         "    and check results (contracts, gate, ONNX parity, drift, realized performance).",
         "  Runs: every run this command made, step by step, with logs.",
         f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')}, the"
-        f" {name('drift_retrain')} sensor"
-        + (f" and {name('predict_next_day')}" if case.predicts_ahead else ""),
+        + (
+            f" {name('drift_retrain')} and {name('predict_next_day')} sensors"
+            if case.predicts_ahead
+            else f" {name('drift_retrain')} sensor"
+        ),
         "    (off until you switch them on; `make dev` runs the daemon that acts on them).",
         f"  Jobs → {name('daily_partition')} → Materialize / Backfill: any day or range from"
         f" {case.partitions.start} to {last};",
