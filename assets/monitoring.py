@@ -11,6 +11,7 @@ sensor reads it. The logic is in `ml/drift.py`.
 import dataclasses
 import datetime as dt
 import json
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
@@ -37,7 +38,8 @@ DECAY_EVENT = "decay_event"
 """Metadata key of `realized_performance` materializations: true when the window's realized
 figure is worse than the model's tested one by more than the configured drop."""
 CHAMPION_VERSION = "champion_version"
-"""Metadata key: the model version whose reference the window was compared with."""
+"""Metadata key: the model version judged: whose reference the window was compared with
+(`feature_drift`), or which made the predictions (`realized_performance`)."""
 CHAMPION_DATA_THROUGH = "champion_data_through"
 """Metadata key: the last day of that version's training data ("" when not recorded)."""
 
@@ -320,12 +322,14 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     ):
         import pandas as pd
 
+        from ml import plots
+        from ml.metrics import SliceSpec
         from ml.realized import DecayPolicy, realized
 
         day = dt.date.fromisoformat(context.partition_key)
         lake = ParquetLake(root=lake_files.root)
         predictions_key = case.key("batch_predictions")
-        today = _predicted_outcomes(lake, lake_files, predictions_key, case, day)
+        today = predicted_outcomes(lake, lake_files, predictions_key, case, day)
         if today is None:
             context.log.info(f"realized_performance {day}: no predictions of that day; skipped")
             return
@@ -347,14 +351,21 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
         frames = [
             f
             for d in earlier
-            if (f := _predicted_outcomes(lake, lake_files, predictions_key, case, d)) is not None
+            if (f := predicted_outcomes(lake, lake_files, predictions_key, case, d)) is not None
         ]
         window = pd.concat([*frames, today], ignore_index=True)
         window = window[window["model_version"].astype(str) == version]
         covered = 1 + sum(bool((f["model_version"].astype(str) == version).any()) for f in frames)
         output = "probability" if label.task == "binary" else "prediction"
 
-        def judged(rows: "pd.DataFrame"):
+        # The declared slices whose columns the predictions carry (`batch_predictions` keeps them).
+        slices = [
+            SliceSpec(s.name, s.column, s.edges, s.labels)
+            for s in case.slices
+            if s.column in window.columns
+        ]
+
+        def judged(rows: "pd.DataFrame", slices: "list[SliceSpec]"):
             return realized(
                 rows[label.column].to_numpy(dtype="float64"),
                 rows[output].to_numpy(dtype="float64"),
@@ -362,9 +373,11 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 tested,
                 policy,
                 threshold=threshold,
+                frame=rows.reset_index(drop=True),
+                slices=slices,
             )
 
-        of_day, of_window = judged(today), judged(window)
+        of_day, of_window = judged(today, []), judged(window, slices)
         if covered < config.window_days:
             # A test figure pools several days, and a pooled figure mixes the days' differences
             # in: it is not comparable with fewer days than the window, nor is one day's.
@@ -389,6 +402,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
         }
         path = lake_files.path_for(key, day.isoformat()).with_suffix(".json")
         write_text_atomically(json.dumps(document, indent=2), path, lake_files.file_mode)
+        history = _realized_history(lake_files, key, day, document)
         verdict = of_window.overall.verdict
         yield dg.AssetCheckResult(
             check_name=REALIZED_CHECK,
@@ -402,6 +416,8 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
         yield dg.MaterializeResult(
             metadata={
                 DECAY_EVENT: verdict == "failed",
+                CHAMPION_VERSION: version,
+                CHAMPION_DATA_THROUGH: model.tags.get(DATA_THROUGH_TAG, ""),
                 "model": f"{case.registered_model} v{version}",
                 "metric": policy.metric,
                 "tested": _number(tested.get(policy.metric)),
@@ -418,6 +434,23 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 ),
                 "verdict": verdict,
                 "reason": of_window.overall.reason,
+                "over_time": markdown_image(
+                    f"{policy.metric} over time",
+                    plots.realized_over_time(history, tested.get(policy.metric), policy.metric),
+                ),
+                "slices": dg.MetadataValue.md(_slice_table(of_window.slices, policy.metric)),
+                **(
+                    {
+                        "slices_plot": markdown_image(
+                            f"{policy.metric} per slice",
+                            plots.realized_slices(
+                                of_window.slices, tested.get(policy.metric), policy.metric
+                            ),
+                        )
+                    }
+                    if of_window.slices
+                    else {}
+                ),
                 "path": dg.MetadataValue.path(str(path)),
             },
             data_version=dg.DataVersion(_digest(path)),
@@ -426,7 +459,42 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     return realized_performance
 
 
-def _predicted_outcomes(
+HISTORY_DAYS = 28
+"""Days of realized figures the plot over time shows, up to the partition's."""
+
+
+def _realized_history(
+    lake_files: LakeFiles, key: dg.AssetKey, day: dt.date, document: dict
+) -> list[dict]:
+    """The realized documents of the `HISTORY_DAYS` days up to `day` that were measured, in
+    order: each day's figure and its window's, for the plot over time."""
+    found = []
+    for n in range(HISTORY_DAYS - 1, 0, -1):
+        path = lake_files.path_for(key, (day - dt.timedelta(days=n)).isoformat())
+        path = path.with_suffix(".json")
+        if path.exists():
+            found.append(json.loads(path.read_text()))
+    return [*found, document]
+
+
+def _slice_table(rows: list[dict], metric: str) -> str:
+    """The window's figure per slice value, as a Markdown table (not judged: reported)."""
+    if not rows:
+        return "no declared slice column in the predictions"
+    lines = [f"| slice | value | rows | {metric} | interval |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(
+            f"| {row['slice']} | {row['group']} | {row['rows']} | {_cell(row['value'])} |"
+            f" [{_cell(row['low'])}, {_cell(row['high'])}] |"
+        )
+    return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.3f}"
+
+
+def predicted_outcomes(
     lake: ParquetLake,
     lake_files: LakeFiles,
     predictions_key: dg.AssetKey,

@@ -2,7 +2,7 @@
 
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -177,6 +177,71 @@ def slice_bars(
         return _png(figure)
     finally:
         plt.close(figure)
+
+
+def realized_over_time(history: Sequence[Mapping], tested: float | None, metric: str) -> bytes:
+    """Realized `metric` per measured day (`ml.realized` documents, in order): each day's figure
+    with its bootstrap interval as a point, its trailing window's as a line in its band, and the
+    model's tested figure as a dashed line."""
+    days = [str(document["partition"]) for document in history]
+    day = _figures([document["day"]["overall"] for document in history])
+    window = _figures([document["trailing_window"]["overall"] for document in history])
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.5), dpi=100)
+    try:
+        x = np.arange(len(days))
+        axes.errorbar(
+            x, day[0], yerr=[day[0] - day[1], day[2] - day[0]], fmt="o", capsize=3, label="day"
+        )
+        axes.plot(x, window[0], color="tab:orange", label="trailing window")
+        axes.fill_between(x, window[1], window[2], color="tab:orange", alpha=0.2)
+        if tested is not None and math.isfinite(tested):
+            axes.axhline(tested, color="grey", linestyle="--", label=f"tested ({tested:.3f})")
+        axes.set_xticks(x, [d[5:] for d in days], rotation=45 if len(days) > 10 else 0, fontsize=7)
+        axes.set_ylabel(metric)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def realized_slices(rows: Sequence[Mapping], tested: float | None, metric: str) -> bytes:
+    """One panel per slice: realized `metric` per value with its bootstrap interval (rows as
+    `ml.realized` reports them), the model's tested figure as a dashed line."""
+    names = list(dict.fromkeys(str(row["slice"]) for row in rows))
+    plt = _pyplot()
+    figure, panels = plt.subplots(
+        max(len(names), 1), 1, figsize=(8, 2.6 * max(len(names), 1)), dpi=100, squeeze=False
+    )
+    try:
+        for axes, name in zip(panels[:, 0], names, strict=False):
+            ours = [row for row in rows if row["slice"] == name]
+            value, low, high = _figures(ours)
+            x = np.arange(len(ours))
+            axes.bar(x, value, yerr=[value - low, high - value], capsize=3)
+            if tested is not None and math.isfinite(tested):
+                axes.axhline(tested, color="grey", linestyle="--", label="tested")
+                axes.legend(fontsize=8)
+            labels = [f"{row['group']}\n({row['rows']})" for row in ours]
+            axes.set_xticks(x, labels, rotation=45 if len(ours) > 8 else 0, fontsize=7)
+            axes.set_title(name)
+            axes.set_ylabel(metric)
+            axes.grid(axis="y", alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def _figures(measured: Sequence[Mapping]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, lows and highs of measured figures; NaN where undefined (not drawn)."""
+
+    def column(name: str) -> np.ndarray:
+        return np.array(
+            [m[name] if m[name] is not None else math.nan for m in measured], dtype="float64"
+        )
+
+    return column("value"), column("low"), column("high")
 
 
 def _value(found: SliceMetrics | None, metric: str) -> float:

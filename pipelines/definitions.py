@@ -41,7 +41,7 @@ from assets.validation import event_table_assets
 from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
-from pipelines.sensors import build_drift_sensor, build_prediction_sensor
+from pipelines.sensors import EVENTS, build_event_sensor, build_prediction_sensor
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.kubernetes import K8sMultiNode, K8sPod, KubernetesLauncher
@@ -299,7 +299,10 @@ def use_case_definitions(
         jobs=jobs,
         schedules=build_schedules(case, automation, jobs),
         sensors=[
-            build_drift_sensor(case, automation, find_job(jobs, case, "retrain")),
+            *(
+                build_event_sensor(case, automation, find_job(jobs, case, "retrain"), event)
+                for event in EVENTS
+            ),
             *(
                 [
                     build_prediction_sensor(

@@ -386,6 +386,7 @@ class Summary:
 
     def scoring_lines(self) -> list[str]:
         sensor = definition_name(self.case, "drift_retrain")
+        decay = definition_name(self.case, "decay_retrain")
         lines = []
         for day, outcome in self.scored.items():
             meta = self.metadata(outcome, "batch_predictions") or {}
@@ -425,6 +426,11 @@ class Summary:
                     f" [{_number(interval[0], '.3f')}, {_number(interval[1], '.3f')}] on"
                     f" {real.get('window_rows')} rows vs {_number(real.get('tested'), '.3f')}"
                     f" tested: {real.get('verdict')}{_why_not_judged(real)}"
+                    + (
+                        f", a DECAY EVENT (the {decay} sensor requests a retrain)"
+                        if real.get("decay_event")
+                        else ""
+                    )
                 )
         return lines
 
@@ -473,11 +479,9 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         "    and check results (contracts, gate, ONNX parity, drift, realized performance).",
         "  Runs: every run this command made, step by step, with logs.",
         f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')}, the"
-        + (
-            f" {name('drift_retrain')} and {name('predict_next_day')} sensors"
-            if case.predicts_ahead
-            else f" {name('drift_retrain')} sensor"
-        ),
+        f" {name('drift_retrain')}, {name('decay_retrain')}"
+        + (f" and {name('predict_next_day')}" if case.predicts_ahead else "")
+        + " sensors",
         "    (off until you switch them on; `make dev` runs the daemon that acts on them).",
         f"  Jobs → {name('daily_partition')} → Materialize / Backfill: any day or range from"
         f" {case.partitions.start} to {last};",

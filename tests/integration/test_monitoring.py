@@ -1,9 +1,12 @@
-"""Drift on real data and the sensor that answers it: the shared world's champion was trained on
-early February; a week like its training days does not drift, a summer week does, and the sensor
-requests exactly one retrain for that event however often it is evaluated.
+"""Drift and realized performance on real data, and the sensors that answer them: the shared
+world's champion was trained on early February; a week like its training days does not drift, a
+summer week does, and the sensor requests exactly one retrain for that event however often it is
+evaluated. A week the champion predicts passes its realized check; the same week predicted by a
+degraded copy of it (its weights shuffled, its version unchanged) fails it, and the decay sensor
+requests one retrain.
 
-Changes to the world: `feature_drift` (and `batch_predictions`) of 2013-02-08 and July days, and
-run records of the retrain job (created, never executed)."""
+Changes to the world: `feature_drift`, `batch_predictions` and `realized_performance` of
+2013-02-02..08 and July days, and run records of the retrain job (created, never executed)."""
 
 import dataclasses
 import datetime as dt
@@ -15,7 +18,7 @@ import pytest
 from assets.monitoring import DRIFT_CHECK, REALIZED_CHECK
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings
-from pipelines.sensors import EVENT_TAG, build_drift_sensor
+from pipelines.sensors import DECAY, EVENT_TAG, build_drift_sensor, build_event_sensor
 from tests.conftest import node
 from tests.world import World
 from usecases.flights import USE_CASE as CASE
@@ -203,3 +206,96 @@ def test_a_scored_days_realized_performance_is_its_rows_against_the_tested_figur
     assert check_of(result, REALIZED_CHECK).passed
     document = json.loads((lake / "realized_performance" / f"{LIKE_TRAINING}.json").read_text())
     assert document["day"]["overall"]["rows"] == len(joined)
+
+
+# Realized performance over a week, and the decay sensor
+
+WEEK = [f"2013-02-0{day}" for day in range(2, 9)]
+"""Seven days the champion predicts in a row: the last one's trailing window is judged."""
+
+
+def decay_sensor() -> dg.SensorDefinition:
+    # Without a cooldown: the drift tests above requested a retrain minutes ago, and a decay
+    # event shares their cooldown (tests/unit/test_sensor.py shows that).
+    settings = dataclasses.replace(
+        AutomationSettings.from_env(CASE, {}), drift_cooldown_hours=0, training_days=7
+    )
+    return build_event_sensor(CASE, settings, find_job(build_jobs(CASE), CASE, "retrain"), DECAY)
+
+
+def score_week(world: World) -> tuple[dict, dg.AssetCheckEvaluation]:
+    """The week scored day by day; the realized performance of its last day and its check."""
+    results = [world.run("score_day", day) for day in WEEK]
+    assert all(result.success for result in results)
+    (materialization,) = [
+        e.step_materialization_data.materialization
+        for e in results[-1].get_asset_materialization_events()
+        if e.step_materialization_data.materialization.asset_key.path[-1] == "realized_performance"
+    ]
+    metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    return metadata, check_of(results[-1], REALIZED_CHECK)
+
+
+def shuffled_weights(open_session):
+    """`ml.predict.open_session`, opening the model with every weight tensor's values permuted
+    (seeded): the champion's file and version, serving a degraded model."""
+
+    def degraded(model, *, threads=None):
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+
+        graph = onnx.load_from_string(model if isinstance(model, bytes) else model.read_bytes())
+        rng = np.random.default_rng(2013)
+        for tensor in graph.graph.initializer:
+            values = numpy_helper.to_array(tensor)
+            if values.dtype.kind == "f" and values.size > 1:
+                permuted = rng.permutation(values.ravel()).reshape(values.shape)
+                tensor.CopyFrom(numpy_helper.from_array(permuted, tensor.name))
+        return open_session(graph.SerializeToString(), threads=threads)
+
+    return degraded
+
+
+def test_the_champion_passes_its_realized_check_a_degraded_copy_fails_and_gets_one_retrain(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    """Changes to the world: the week's predictions, scored by the champion again at the end."""
+    from ml import predict
+
+    champion, passed = score_week(world)
+    assert champion["verdict"] == "ok" and champion["decay_event"] is False, champion["reason"]
+    assert passed.passed
+    # The window per declared slice (the predictions carry the slices' columns), and the days so
+    # far, as a table and plots.
+    assert champion["slices"].startswith("| slice | value | rows | roc_auc | interval |")
+    assert {"| carrier | ", "| origin | ", "| hour_band | "} <= {
+        line[: line.index(" | ", 2) + 3] for line in champion["slices"].splitlines()[2:]
+    }
+    for plot in ("over_time", "slices_plot"):
+        assert champion[plot].startswith("![roc_auc "), plot
+    sensor = decay_sensor()
+    assert not evaluate(world, sensor, None)[0].run_requests
+
+    monkeypatch.setattr(predict, "open_session", shuffled_weights(predict.open_session))
+    try:
+        degraded, failed = score_week(world)
+        assert degraded["model"] == champion["model"]  # the same version, as far as anyone knows
+        assert degraded["verdict"] == "failed" and degraded["decay_event"] is True
+        assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+        assert degraded["window_roc_auc"] < champion["window_roc_auc"] - 0.1
+        assert degraded["champion_data_through"] < WEEK[-1]
+
+        # One retrain for the event, however often the sensor looks.
+        result, cursor = evaluate(world, sensor, None)
+        (request,) = result.run_requests or []
+        event = f"v{degraded['champion_version']}:{WEEK[-1]}"
+        assert request.run_key == f"decay:{event}" and request.tags[DECAY.tag] == event
+        assert request.tags["ml_lifecycle/trigger"] == "decay"
+        for _ in range(3):
+            again, cursor = evaluate(world, sensor, cursor)
+            assert not again.run_requests
+    finally:
+        monkeypatch.undo()
+        restored, _ = score_week(world)
+        assert restored["verdict"] == champion["verdict"]

@@ -173,6 +173,12 @@ def test_calendar_features_use_local_time_and_federal_holidays():
     assert frame["days_to_holiday"].tolist() == [3, 0]
     assert frame["days_since_holiday"].tolist() == [30, 0]  # Memorial Day is past the horizon
     assert frame["day_of_week"].tolist() == [0, 3]
+    # Mid-April 2013 is more than the horizon from any holiday (Feb 18, May 27): both capped.
+    april = pd.DataFrame(
+        [flight(month=4, day=10, time_hour=pd.Timestamp("2013-04-10T12:00:00Z"), hour=8)]
+    )
+    far = features.flight_features(april).frame
+    assert (far["days_to_holiday"].item(), far["days_since_holiday"].item()) == (30, 30)
 
 
 def test_an_empty_history_window_gives_an_empty_table_with_the_schema(airports):

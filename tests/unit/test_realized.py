@@ -123,3 +123,30 @@ def test_the_bootstraps_roc_auc_is_the_metrics_one():
     scores = np.round(scores, 2)  # ties across the classes
     assert roc_auc(labels, scores) == binary_metrics(labels, scores, 0.3).roc_auc
     assert math.isnan(roc_auc(np.ones(20), scores[:20]))
+
+
+def test_the_plots_draw_days_windows_and_slices_undefined_figures_included():
+    import json
+
+    from ml import plots
+
+    labels, scores = scored_day(rows=600)
+    frame = pd.DataFrame({"hour": np.arange(600) % 24})
+    spec = SliceSpec("hour_band", "hour", edges=(0, 12, 24), labels=("am", "pm"))
+
+    def document(day: str, rows: np.ndarray) -> dict:
+        report = realized(
+            labels[rows], scores[rows], "binary", {"roc_auc": 0.7}, POLICY, threshold=0.3,
+            frame=frame.iloc[rows].reset_index(drop=True), slices=[spec],
+        )  # fmt: skip
+        # As the asset writes and reads it: JSON, an undefined figure as NaN.
+        return json.loads(json.dumps({"partition": day, "day": report.to_dict(),
+                                      "trailing_window": report.to_dict()}))  # fmt: skip
+
+    one_class = np.flatnonzero(labels == 0)[:100]
+    history = [document("2013-03-01", np.arange(600)), document("2013-03-02", one_class)]
+    assert math.isnan(history[1]["day"]["overall"]["value"])  # one class: no ROC AUC
+    png = plots.realized_over_time(history, 0.7, "roc_auc")
+    assert png.startswith(b"\x89PNG")
+    by_slice = plots.realized_slices(history[0]["trailing_window"]["slices"], 0.7, "roc_auc")
+    assert by_slice.startswith(b"\x89PNG") and by_slice != png

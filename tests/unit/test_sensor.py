@@ -7,11 +7,15 @@ import dagster as dg
 import pytest
 
 from pipelines.jobs import build_jobs, definition_name, find_job
-from pipelines.schedules import AutomationSettings
+from pipelines.schedules import TRIGGER_TAG, AutomationSettings
 from pipelines.sensors import (
+    DECAY,
+    DRIFT,
     EVENT_TAG,
     PREDICTED_AFTER_TAG,
+    RetrainEvent,
     build_drift_sensor,
+    build_event_sensor,
     build_prediction_sensor,
     next_day_request,
 )
@@ -22,20 +26,25 @@ RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_p
 RETRAIN = find_job(build_jobs(TINY), TINY, "retrain")
 SETTINGS = dataclasses.replace(AutomationSettings.from_env(TINY, {}), training_days=7)
 SENSOR = build_drift_sensor(TINY, SETTINGS, RETRAIN)
+DECAY_SENSOR = build_event_sensor(TINY, SETTINGS, RETRAIN, DECAY)
+SENSORS = {DRIFT.kind: SENSOR, DECAY.kind: DECAY_SENSOR}
+
+
+def record(
+    instance: dg.DagsterInstance, kind: RetrainEvent, day: str, event: bool, through: str
+) -> None:
+    """A runless materialization of `kind`'s asset, an event or not, judging champion v3."""
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key=TINY.key(kind.asset),
+            partition=day,
+            metadata={kind.flag: event, "champion_version": "3", "champion_data_through": through},
+        )
+    )
 
 
 def record_drift(instance: dg.DagsterInstance, day: str, event: bool, through: str = "2024-02-07"):
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization(
-            asset_key=TINY.key("feature_drift"),
-            partition=day,
-            metadata={
-                "drift_event": event,
-                "champion_version": "3",
-                "champion_data_through": through,
-            },
-        )
-    )
+    record(instance, DRIFT, day, event, through)
 
 
 def publish_labels(instance: dg.DagsterInstance, day: str) -> None:
@@ -44,9 +53,11 @@ def publish_labels(instance: dg.DagsterInstance, day: str) -> None:
     )
 
 
-def evaluate(instance: dg.DagsterInstance, cursor: str | None = None):
+def evaluate(
+    instance: dg.DagsterInstance, cursor: str | None = None, sensor: dg.SensorDefinition = SENSOR
+):
     context = dg.build_sensor_context(instance=instance, cursor=cursor)
-    return SENSOR.evaluate_tick(context), context.cursor
+    return sensor.evaluate_tick(context), context.cursor
 
 
 def test_the_sensor_is_the_use_cases_and_requests_its_retrain():
@@ -55,27 +66,34 @@ def test_the_sensor_is_the_use_cases_and_requests_its_retrain():
     assert "tiny/feature_drift" in (SENSOR.description or "")
 
 
-def test_drift_on_days_the_champion_learned_from_requests_nothing_a_later_day_does():
+@pytest.mark.parametrize("kind", [DRIFT, DECAY], ids=lambda kind: kind.kind)
+def test_events_on_days_the_champion_learned_from_request_nothing_a_later_day_does(
+    kind: RetrainEvent,
+):
+    sensor = SENSORS[kind.kind]
     with dg.instance_for_test() as instance:
         publish_labels(instance, "2024-03-10")
-        assert "no new tiny/feature_drift" in (evaluate(instance)[0].skip_message or "")
+        assert f"no new tiny/{kind.asset}" in (
+            evaluate(instance, None, sensor)[0].skip_message or ""
+        )
 
-        record_drift(instance, "2024-02-05", event=True)  # a re-run inside the training window
-        record_drift(instance, "2024-02-07", event=True)  # its last day
-        record_drift(instance, "2024-03-09", event=False)
-        old, cursor = evaluate(instance)
+        record(instance, kind, "2024-02-05", True, "2024-02-07")  # a re-run inside the window
+        record(instance, kind, "2024-02-07", True, "2024-02-07")  # its last day
+        record(instance, kind, "2024-03-09", False, "2024-02-07")
+        old, cursor = evaluate(instance, None, sensor)
         assert not old.run_requests
-        assert "2 drift event(s) on days up to the champion's training data" in (
+        assert f"2 {kind.kind} event(s) on days up to the champion's training data" in (
             old.skip_message or ""
         )
 
-        record_drift(instance, "2024-03-10", event=True)
-        new, cursor = evaluate(instance, cursor)
+        record(instance, kind, "2024-03-10", True, "2024-02-07")
+        new, cursor = evaluate(instance, cursor, sensor)
         (request,) = new.run_requests or []
-        assert request.run_key == "drift:v3:2024-03-10"
-        assert request.tags[EVENT_TAG] == "v3:2024-03-10"
+        assert request.run_key == f"{kind.kind}:v3:2024-03-10"
+        assert request.tags[kind.tag] == "v3:2024-03-10"
+        assert request.tags[TRIGGER_TAG] == kind.kind
         assert request.run_config["ops"]["tiny__training_set"]["config"]["end"] == "2024-03-11"
-        assert not evaluate(instance, cursor)[0].run_requests
+        assert not evaluate(instance, cursor, sensor)[0].run_requests
 
 
 def test_a_champion_without_a_recorded_training_end_still_gets_its_events():
@@ -98,6 +116,40 @@ def test_another_jobs_run_for_the_same_event_does_not_answer_it():
         record_drift(instance, "2024-03-01", event=True)
         (request,) = evaluate(instance)[0].run_requests or []
         assert request.run_key == "drift:v3:2024-03-01"
+
+
+# The decay sensor: the drift sensor's rules (above), on realized performance
+
+
+def test_a_decay_event_is_answered_once_even_when_the_sensor_reads_it_again():
+    assert DECAY_SENSOR.name == "tiny_decay_retrain" and DECAY_SENSOR.job_name == RETRAIN.name
+    assert "tiny/realized_performance" in (DECAY_SENSOR.description or "")
+    with dg.instance_for_test() as instance:
+        publish_labels(instance, "2024-03-10")
+        record(instance, DECAY, "2024-03-10", True, "2024-02-07")
+        (request,) = evaluate(instance, None, DECAY_SENSOR)[0].run_requests or []
+        instance.create_run_for_job(
+            dg.GraphDefinition(RETRAIN.name).to_job(),  # a run of the retrain job, by name
+            tags=dict(request.tags),
+            status=dg.DagsterRunStatus.SUCCESS,
+        )
+        # A lost cursor reads the event again: it already had its retrain.
+        again = evaluate(instance, None, DECAY_SENSOR)[0]
+        assert not again.run_requests and "already had its retrain" in (again.skip_message or "")
+
+
+def test_a_retrain_for_drift_holds_the_decay_sensor_in_cooldown():
+    with dg.instance_for_test() as instance:
+        publish_labels(instance, "2024-03-10")
+        instance.create_run_for_job(
+            dg.GraphDefinition(RETRAIN.name).to_job(),  # a run of the retrain job, by name
+            tags={TRIGGER_TAG: "drift", EVENT_TAG: "v3:2024-03-09"},
+            status=dg.DagsterRunStatus.SUCCESS,
+        )
+        record(instance, DECAY, "2024-03-10", True, "2024-02-07")
+        waiting = evaluate(instance, None, DECAY_SENSOR)[0]
+        assert not waiting.run_requests
+        assert "in cooldown, the last drift retrain was requested" in (waiting.skip_message or "")
 
 
 # The next day's predictions

@@ -395,6 +395,9 @@ def _holiday_distances(days: pd.DatetimeIndex) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(0, "int64"), np.empty(0, "int64")
     margin = pd.Timedelta(days=HOLIDAY_HORIZON_DAYS + 1)
     holidays = USFederalHolidayCalendar().holidays(days.min() - margin, days.max() + margin)
+    if len(holidays) == 0:  # e.g. April: the nearest holidays are further than the horizon
+        far = np.full(len(days), HOLIDAY_HORIZON_DAYS, "int64")
+        return far, far.copy()
     stamps = holidays.to_numpy().astype("datetime64[ns]").astype("int64")
     day_ns = days.to_numpy().astype("datetime64[ns]").astype("int64")
     nxt = np.searchsorted(stamps, day_ns, side="left")
