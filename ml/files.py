@@ -7,6 +7,7 @@ folder created for such files gets the same bits plus search where read is grant
 (`folder_mode`: 0o750), whatever the process's umask.
 """
 
+import glob
 import hashlib
 import os
 import tempfile
@@ -69,6 +70,32 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _temp_prefix(path: Path) -> str:
+    """The temporary files of a write to `path` name the writing process: `.<name>.<pid>.`."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def remove_orphans(path: Path) -> None:
+    """Removes the temporary files of earlier writes to `path` whose process is gone (a writer
+    killed mid-write, SIGKILL leaving no chance to clean up): nobody will finish or read them.
+    A live process's file, this one's included, is left alone, whatever its age."""
+    prefix = f".{path.name}."
+    for temp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = temp.name[len(prefix) :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            temp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
 @contextmanager
 def atomic_write(path: Path, mode: str = "wb", permissions: int = FILE_MODE) -> Iterator[IO[Any]]:
     """A file for writing whose content replaces `path` only when the block ends without error:
@@ -76,7 +103,8 @@ def atomic_write(path: Path, mode: str = "wb", permissions: int = FILE_MODE) -> 
     the temporary file is removed and `path`, if it existed, is untouched. The file gets
     `permissions` instead of mkstemp's 0600; missing folders are made (`make_folders`)."""
     make_folders(path.parent, permissions)
-    descriptor, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path)
+    descriptor, temp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(descriptor, mode) as file:
             os.fchmod(file.fileno(), permissions)
@@ -95,7 +123,8 @@ def staged_file(path: Path, permissions: int = FILE_MODE) -> Iterator[Path]:
     the block ends without error, whatever the writer left there gets `permissions`, is fsynced
     and renamed over `path`; on an error it is removed and `path` is untouched."""
     make_folders(path.parent, permissions)
-    descriptor, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path)
+    descriptor, temp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(descriptor)
     try:
         yield Path(temp)

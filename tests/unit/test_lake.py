@@ -99,6 +99,37 @@ def test_a_write_killed_midway_leaves_the_previous_file_and_no_partial_one(tmp_p
     assert [p.name for p in path.parent.iterdir()] == ["data.parquet"]
 
 
+def test_the_half_file_of_a_writer_killed_outright_goes_with_the_next_write(tmp_path: Path):
+    """SIGKILL leaves a writer no chance to remove its temporary file; the next write of the same
+    file removes it, and never a live writer's."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "t" / "data.parquet"
+    write_parquet_atomically(frame(3), path)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time; from pathlib import Path; from ml.files import atomic_write\n"
+            f"with atomic_write(Path({str(path)!r})) as f:\n"
+            "    f.write(b'PAR1 half'); f.flush(); print('writing', flush=True); time.sleep(600)"
+        )],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+    (half,) = path.parent.glob(".data.parquet.*.tmp")
+    live = path.parent / f".data.parquet.{os.getpid()}.other.tmp"  # a live writer's (this one)
+    live.write_bytes(b"PAR1 in progress")
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert half.exists()  # what the kill left
+
+    write_parquet_atomically(frame(10), path)
+    assert not half.exists() and live.exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [live.name, "data.parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(path), frame(10))
+
+
 # The lake at a URL: `file://` (a local folder named by URL) and fsspec's in-memory filesystem,
 # a non-local filesystem that needs no service: nothing may assume the lake is on this disk.
 
