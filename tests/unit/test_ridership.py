@@ -330,6 +330,12 @@ def test_weather_is_the_day_befores_and_the_games_are_the_days_plans():
     assert list(missing.frame.columns) == list(table.frame.columns)
 
 
+def test_the_declaration_reads_the_conditions_columns_day_weather_uses():
+    import usecases.ridership as declaration
+
+    assert declaration.CONDITIONS_COLUMNS == features.CONDITIONS_COLUMNS
+
+
 def test_a_days_plan_is_its_counted_stations_without_their_counts():
     plan, counts = source.read_day("day_plan", DAY), source.read_day("station_days", DAY)
     assert "rides" not in plan.columns

@@ -17,10 +17,13 @@ MAX_RIDES = 50.0
 """Thousands of riders entering one station in a day: twice the busiest day in the data (Clark/
 Lake, 26.058)."""
 
+STATION = ColumnRule("station", "text", required=True, allowed=STATIONS)
+"""One of the data set's 20 stations, named as its columns are."""
+
 STATION_DAYS = TableContract(
     table="station_days",
     columns=(
-        ColumnRule("station", "text", required=True, allowed=STATIONS),
+        STATION,
         DAY,
         TIME,
         # Zero is a real count: a station closed for work (Polk has 135 such days).
@@ -89,7 +92,7 @@ HOME_GAMES = tuple(f"{team}_home" for team in ("blackhawks", "bulls", "bears", "
 DAY_PLAN = TableContract(
     table="day_plan",
     columns=(
-        ColumnRule("station", "text", required=True, allowed=STATIONS),
+        STATION,
         DAY,
         TIME,
         *(_game(column) for column in HOME_GAMES),
