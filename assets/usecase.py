@@ -183,6 +183,23 @@ class Label:
     table: str
     """The feature table behind `view`: the days it holds are the days with known outcomes."""
     event_timestamp: str = "event_timestamp"
+    known_after: dt.timedelta = dt.timedelta(0)
+    """The label delay: how long after a day ends every outcome of its events is known (a
+    trip's once it has ended, hours after its day for a late one). The nightly run of a day, which
+    publishes its outcomes and judges its predictions, may not start before it (`daily_at`).
+    Less than a day: that run publishes a day's observations and outcomes together, and the
+    next day's features and predictions wait for it, so a longer delay would hold every feature
+    back by as long (outcomes on a cadence of their own are not built)."""
+
+    def pending_at(self, daily_at: dt.time) -> str | None:
+        """Why a nightly run at `daily_at` would come before its day's outcomes are all known;
+        None when it would not."""
+        if dt.timedelta(hours=daily_at.hour, minutes=daily_at.minute) >= self.known_after:
+            return None
+        return (
+            f"{daily_at:%H:%M} is before the day's outcomes are all known: {self.table}'s label"
+            f" delay (label.known_after) is {self.known_after} after the day ends"
+        )
 
 
 @dataclass(frozen=True)
@@ -367,10 +384,20 @@ class UseCase:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
         if self.label.table not in features:
             raise _refuse(self.name, "label.table", f"{self.label.table!r} is no feature table")
+        delay = self.label.known_after
+        if not dt.timedelta(0) <= delay < dt.timedelta(days=1):
+            raise _refuse(
+                self.name,
+                "label.known_after",
+                f"{delay} is not in [0, 1 day): the nightly run publishes a day's outcomes with"
+                " its observations",
+            )
         try:
-            dt.time.fromisoformat(self.daily_at)
+            problem = self.label.pending_at(dt.time.fromisoformat(self.daily_at))
         except ValueError:
             raise _refuse(self.name, "daily_at", f"{self.daily_at!r} is not HH:MM") from None
+        if problem:
+            raise _refuse(self.name, "daily_at", problem)
         if self.window.days < 3:
             raise _refuse(self.name, "window.days", f"{self.window.days}: at least 3")
 

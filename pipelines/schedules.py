@@ -12,7 +12,8 @@ the environment overrides them so that an operator changes them without touching
 | `ML_LIFECYCLE_TRAINING_DAYS` | `window.days` | days in a retrain's training window |
 
 The daily schedule runs in the partitions' own timezone (where a day is cut): Dagster ties a
-partitioned schedule to it, so its hour is all there is to set.
+partitioned schedule to it, so its hour is all there is to set. That hour may not come before
+the day's outcomes are all known (the label delay, `Label.known_after`): it is refused, naming it.
 
 When the daemon was down for several ticks: the daily schedule is partitioned, so on restart it
 launches the missed days, each its own partition, at most `max_catchup_runs` of them (7,
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.usecase import UseCase, partition_day
+from assets.usecase import Label, UseCase, partition_day
 from pipelines.jobs import Job, definition_name, find_job
 
 TRIGGER_TAG = "ml_lifecycle/trigger"
@@ -50,6 +51,8 @@ class AutomationSettings:
     """After a drift-triggered retrain is requested, further drift events wait this long."""
     running: bool = False
     """Whether schedules and the sensor start running (otherwise: switched on in the UI)."""
+    label: Label | None = None
+    """The use case's label, whose delay (`Label.known_after`) `daily_at` may not come before."""
 
     @classmethod
     def from_env(cls, case: UseCase, env: Mapping[str, str] = os.environ) -> "AutomationSettings":
@@ -63,6 +66,7 @@ class AutomationSettings:
                 env.get("ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS", cls.drift_cooldown_hours)
             ),
             running=env.get("ML_LIFECYCLE_AUTOMATION", "off").lower() in {"on", "1", "true"},
+            label=case.label,
         )
         settings.validate()
         return settings
@@ -71,7 +75,9 @@ class AutomationSettings:
         """Refuses what Dagster would not say by name (it checks the cron strings itself)."""
         import zoneinfo
 
-        self.daily_time()
+        pending = self.label and self.label.pending_at(self.daily_time())
+        if pending:
+            raise ValueError(f"daily_at={self.daily_at!r}: {pending}")
         try:
             zoneinfo.ZoneInfo(self.timezone)
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
@@ -135,7 +141,8 @@ def build_schedules(case: UseCase, settings: AutomationSettings, jobs: Sequence[
         daily,
         name=definition_name(case, "nightly_daily_partition"),
         description=(
-            f"Each night, the previous day ({case.partitions.timezone}) through `{daily.name}`:"
+            f"Each night, the previous day ({case.partitions.timezone}) through `{daily.name}`,"
+            f" once its outcomes are all known ({case.label.known_after} after it ends):"
             " ingest, validate, features, online store, drift and realized performance"
             + ("; then the next day is predicted." if case.predicts_ahead else ", scoring.")
         ),

@@ -35,7 +35,11 @@ def schedule(name: str, automation: AutomationSettings | None = None) -> dg.Sche
 
 def test_without_the_environment_the_settings_are_the_declarations():
     assert settings() == AutomationSettings(
-        daily_at="03:15", retrain_cron="0 5 * * 1", timezone="Europe/Berlin", training_days=10
+        daily_at="03:15",
+        retrain_cron="0 5 * * 1",
+        timezone="Europe/Berlin",
+        training_days=10,
+        label=TINY.label,
     )
 
 
@@ -81,6 +85,14 @@ def test_the_nightly_hour_and_the_retrain_cron_come_from_the_environment():
 def test_bad_settings_are_refused_by_name(env, message):
     with pytest.raises(ValueError, match=message):
         AutomationSettings.from_env(TINY, env)
+
+
+def test_the_nightly_run_may_not_start_before_the_days_outcomes_are_known():
+    late = dataclasses.replace(TINY.label, known_after=dt.timedelta(hours=3, minutes=15))
+    case = dataclasses.replace(TINY, label=late)  # the declared 03:15: just in time
+    assert AutomationSettings.from_env(case, {}).daily_at == "03:15"
+    with pytest.raises(ValueError, match=r"daily_at='03:14'.*label delay.* is 3:15:00"):
+        AutomationSettings.from_env(case, {"ML_LIFECYCLE_DAILY_AT": "03:14"})
 
 
 def publish_labels(instance: dg.DagsterInstance, days: list[str]) -> None:

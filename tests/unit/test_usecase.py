@@ -2,6 +2,7 @@
 feature-table assets (a day and a trailing window of one table are one Dagster input)."""
 
 import dataclasses
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def test_the_bundled_declarations_are_valid_and_apart():
     [
         ({"name": "Flights"}, "name"),
         ({"daily_at": "2:30 am"}, "daily_at"),
+        ({"daily_at": "05:59"}, "daily_at"),  # before the flights' last arrivals are known
+        ({"label": dataclasses.replace(FLIGHTS.label, known_after=dt.timedelta(days=1))},
+         "label.known_after"),
         ({"partitions": dataclasses.replace(FLIGHTS.partitions, timezone="Mars/Olympus")},
          "partitions.timezone"),
         ({"partitions": dataclasses.replace(FLIGHTS.partitions, end="2012-12-31")},
