@@ -185,8 +185,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
             served, int8 = _quantized(
                 exported, test, trained.config.data.label, config, launcher.file_mode
             )
-        train = training_set[training_set[split] == "train"]
-        reference, lines = _drift_files(Path(served.path), train, case, launcher.file_mode)
+        reference, lines = _drift_files(Path(served.path), training_set, case, launcher.file_mode)
         yield dg.Output(
             OnnxModel(
                 path=str(served.path),
@@ -224,25 +223,27 @@ def _last_day(frame: "pd.DataFrame", timezone: str) -> str:
 
 
 def _drift_files(
-    served: Path, train: "pd.DataFrame", case: UseCase, permissions: int
+    served: Path, window: "pd.DataFrame", case: UseCase, permissions: int
 ) -> tuple[Path, Path | None]:
     """What `feature_drift` judges days by, each row scored by the very file that will be
-    served: the reference (a seeded sample of the training split's raw features and scores)
-    and each column's lines (how far it moved between windows of the training period, each
-    against the rest: `ml.drift.natural_lines`; None when the period is shorter than two of
-    the use case's drift windows)."""
+    served: the reference (a seeded sample of the training window's raw features and scores)
+    and each column's lines (how far it moved between windows of those days, each against the
+    rest: `ml.drift.natural_lines`; None when they are fewer than two of the use case's drift
+    windows). The window is every day of the training set, its validation and test days too:
+    the days the model was chosen and measured on (its test figures are what its realized
+    performance is held to), and more of them give steadier lines."""
     import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ml.dataset import LabelSpec
-    from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
+    from ml.drift import SCORE, ColumnLines, LineRule, natural_lines, reference_sample
     from ml.files import atomic_write
     from ml.predict import Scorer
 
     scorer = Scorer.load(served)
-    rows = train[scorer.features]
+    rows = window[scorer.features]
     scored = rows.assign(**{SCORE: scorer.predict(rows)})
     reference = served.with_name(REFERENCE_FILE)
     with atomic_write(reference, permissions=permissions) as tmp:
@@ -250,13 +251,12 @@ def _drift_files(
     settings = case.drift
     measured = natural_lines(
         scored,
-        train[LabelSpec.event_timestamp].dt.tz_convert(case.timezone).dt.date,
+        window[LabelSpec.event_timestamp].dt.tz_convert(case.timezone).dt.date,
         scorer.numeric_features,
         scorer.categorical_features,
         window_days=settings.window_days,
         floor=ColumnLines(settings.psi_warn, settings.psi_fail, settings.ks_warn, settings.ks_fail),
-        warn_quantile=settings.warn_quantile,
-        fail_quantile=settings.fail_quantile,
+        rule=LineRule(settings.rule, settings.warn_at, settings.fail_at),
     )
     if measured is None:
         return reference, None

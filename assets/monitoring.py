@@ -185,6 +185,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             ks_warn=config.ks_warn,
             ks_fail=config.ks_fail,
             min_rows=config.min_rows,
+            calendar=case.drift.calendar,
         )
         measured = serving.drift_lines(served.version) if config.lines == "natural" else None
         if measured is not None:
@@ -194,6 +195,12 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             lines = f"absolute: {served.label} was registered without measured lines"
         else:
             lines = "absolute, as configured"
+        unserved = sorted(set(case.drift.calendar) - set(served.scorer.features))
+        if unserved:
+            context.log.warning(
+                f"feature_drift {day}: calendar column(s) {unserved} (drift.calendar) are no"
+                f" features of {served.label}"
+            )
         report = compare(
             reference,
             current,

@@ -10,6 +10,7 @@ and the field. Building Dagster objects from them is `assets.stages` and `pipeli
 """
 
 import datetime as dt
+import math
 import re
 import zoneinfo
 from collections.abc import Callable, Mapping
@@ -292,10 +293,29 @@ class DriftSettings:
     """`"natural"`: each column (and the score) is judged by how far it moved between windows of
     the model's own training period, measured when the model is exported
     (`ml.drift.natural_lines`); `"absolute"`: by the lines above."""
-    warn_quantile: float = 0.9
-    fail_quantile: float = 1.0
-    """The quantiles of a column's movement in the training period at which it warns and fails
-    (1.0: only past the most it ever moved while the model learned)."""
+    rule: Literal["deviations", "quantiles"] = "deviations"
+    warn_at: float = 2.0
+    fail_at: float = 3.0
+    """How a column's measured lines are set from how far it moved between windows of the
+    training period (`ml.drift.LineRule`): by default its mean movement plus 2 (warn) and 3
+    (fail) standard deviations; with `"quantiles"`, those quantiles of it (0.9 and 1.0: warn
+    past nine windows in ten, fail past the most it ever moved)."""
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field and what is wrong with it, if anything."""
+        if self.rule not in ("deviations", "quantiles"):
+            return "drift.rule", f"{self.rule!r} is neither 'deviations' nor 'quantiles'"
+        top = 1.0 if self.rule == "quantiles" else math.inf
+        if not 0 <= self.warn_at <= self.fail_at <= top:
+            return "drift.warn_at", (
+                f"need 0 <= warn_at <= fail_at{' <= 1' if top == 1 else ''} with {self.rule!r},"
+                f" got {self.warn_at}, {self.fail_at}"
+            )
+        return None
+
+    calendar: tuple[str, ...] = ()
+    """Features (`<view>__<feature>`, as served) that are a function of the date alone: shown in
+    the drift table, never flagged (`ml.drift.DriftThresholds.calendar`)."""
 
 
 @dataclass(frozen=True)
@@ -398,6 +418,8 @@ class UseCase:
             raise _refuse(self.name, "daily_at", f"{self.daily_at!r} is not HH:MM") from None
         if problem:
             raise _refuse(self.name, "daily_at", problem)
+        if (drift := self.drift.problem()) is not None:
+            raise _refuse(self.name, *drift)
         if self.window.days < 3:
             raise _refuse(self.name, "window.days", f"{self.window.days}: at least 3")
 

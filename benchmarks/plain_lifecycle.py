@@ -469,7 +469,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         )
 
     with stages("parity"):
-        from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
+        from ml.drift import SCORE, ColumnLines, LineRule, natural_lines, reference_sample
         from ml.export import parity
         from ml.predict import Scorer
 
@@ -477,21 +477,21 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         if not report.passed:
             raise AssertionError(f"ONNX parity failed: {report.as_dict()}")
         scorer = Scorer.load(exported.path)
-        sample = reference_sample(parts["train"][scorer.features])
+        # The training window's rows, every split, as `onnx_model` keeps them.
+        features = training_set[scorer.features]
+        sample = reference_sample(features)
         reference = sample.assign(**{SCORE: scorer.predict(sample)})
         declared = case.drift
-        train_rows = parts["train"][scorer.features]
         lines = natural_lines(
-            train_rows.assign(**{SCORE: scorer.predict(train_rows)}),
-            parts["train"][EVENT_TIMESTAMP].dt.tz_convert(case.timezone).dt.date,
+            features.assign(**{SCORE: scorer.predict(features)}),
+            training_set[EVENT_TIMESTAMP].dt.tz_convert(case.timezone).dt.date,
             scorer.numeric_features,
             scorer.categorical_features,
             window_days=declared.window_days,
             floor=ColumnLines(
                 declared.psi_warn, declared.psi_fail, declared.ks_warn, declared.ks_fail
             ),
-            warn_quantile=declared.warn_quantile,
-            fail_quantile=declared.fail_quantile,
+            rule=LineRule(declared.rule, declared.warn_at, declared.fail_at),
         )
 
     test_days = [d for d in window if d >= split.test_start]
@@ -536,6 +536,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
             ks_warn=declared.ks_warn,
             ks_fail=declared.ks_fail,
             min_rows=declared.min_rows,
+            calendar=declared.calendar,
         )
         if lines is not None and declared.lines == "natural":
             thresholds = thresholds.with_columns(lines.columns)

@@ -1,6 +1,7 @@
 """Data drift: how far a day's model inputs and scores have moved from what the model learned.
 
-The reference is a seeded sample of the training split, kept with the model (its raw feature
+The reference is a seeded sample of the training window's rows (its train, validation and test
+days: what the model learned from and was measured on), kept with the model (their raw feature
 values and the served model's score for each row: its output, a probability or a predicted value,
 `ml.task`). A day is compared column by column:
 
@@ -15,7 +16,8 @@ value of any range is binned as a probability is.
 Each column gets a level, `ok`, `warn` or `fail`, from its lines: the configured thresholds, or
 lines measured on the model's own training period (`natural_lines`): how far each column moved
 between windows of those days while the model learned from them. A column is then flagged when
-it moves more than it did then, never below the configured thresholds. The comparison is a
+it moves more than it did then, never below the configured thresholds. Calendar columns (a
+function of the date alone, declared) are measured and never flagged. The comparison is a
 drift event when the score fails: what the model outputs has moved. Features that fail while the
 score holds are a warning. On the bundled binary use case that is the line between signal and
 noise: a week's conditions, calendar and trailing-history features always differ from the
@@ -37,7 +39,7 @@ SCORE = "probability"
 """The reference's and the day's column with the model's score (its output, whatever the task:
 the name is kept for the references already stored)."""
 REFERENCE_ROWS = 20_000
-"""Rows of the training split kept as the reference: enough for stable deciles, small to ship."""
+"""Rows of the training window kept as the reference: enough for stable deciles, small to ship."""
 _SMOOTHING = 0.5
 """Added to every bin's count before proportions are taken, so an empty bin costs a finite,
 sample-size-aware amount instead of log(0)."""
@@ -94,6 +96,12 @@ class DriftThresholds(ColumnLines):
     min_rows: int = 50
     """Fewer current rows than this: too few to judge; the day is reported, never an event."""
     columns: Mapping[str, ColumnLines] = field(default_factory=dict)
+    calendar: tuple[str, ...] = ()
+    """Features that are a function of the date alone (month, weekday, distance to a holiday):
+    measured and shown, never flagged. Every day after training is a date the model never saw,
+    so they always move further than in any window of its training days, and a person learns
+    nothing from the alarm; the score's drift and the realized performance say whether the
+    model copes with the new dates."""
 
     def lines(self, column: str | None = None) -> ColumnLines:
         """The lines `column` is judged by: its own when measured, else the configured ones."""
@@ -102,6 +110,8 @@ class DriftThresholds(ColumnLines):
         return ColumnLines(self.psi_warn, self.psi_fail, self.ks_warn, self.ks_fail)
 
     def level(self, psi: float, ks: float | None, column: str | None = None) -> Level:
+        if column is not None and column in self.calendar:
+            return "ok"
         return self.lines(column).level(psi, ks)
 
     def with_columns(self, columns: Mapping[str, ColumnLines]) -> "DriftThresholds":
@@ -196,8 +206,9 @@ class DriftReport:
             p = "" if c.ks_pvalue is None else f"{c.ks_pvalue:.1e}"
             unseen = f"{c.unseen:.1%}" if c.kind == "categorical" else ""
             line = self.thresholds.lines(c.name)
+            level = "calendar: not judged" if c.name in self.thresholds.calendar else c.level
             lines.append(
-                f"| {c.name} | {c.kind} | {c.level} | {c.psi:.3f} |"
+                f"| {c.name} | {c.kind} | {level} | {c.psi:.3f} |"
                 f" {line.psi_warn:.3g} / {line.psi_fail:.3g} | {ks} | {p} |"
                 f" {c.reference_missing:.1%} → {c.current_missing:.1%} | {unseen} |"
             )
@@ -326,6 +337,52 @@ def compare(
     )
 
 
+@dataclass(frozen=True)
+class LineRule:
+    """How a column's warn and fail lines are set from the values (PSI, KS) of its windows in
+    the training period.
+
+    - `"deviations"`: their mean plus `warn` (`fail`) standard deviations, a control chart's
+      limits. A training period holds few independent windows (31 days: four weeks), so the
+      most a column moved in them is a low estimate of how far it moves by chance
+      (docs/monitoring.md measures both on a bundled use case).
+    - `"quantiles"`: the `warn` and `fail` quantiles of those values (1.0: the most it ever
+      moved)."""
+
+    method: Literal["deviations", "quantiles"] = "deviations"
+    warn: float = 2.0
+    fail: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.method not in ("deviations", "quantiles"):
+            raise ValueError(f"method {self.method!r} is neither 'deviations' nor 'quantiles'")
+        top = 1.0 if self.method == "quantiles" else math.inf
+        if not 0 <= self.warn <= self.fail <= top:
+            raise ValueError(
+                f"need 0 <= warn <= fail{' <= 1' if top == 1 else ''} with {self.method!r},"
+                f" got {self.warn}, {self.fail}"
+            )
+
+    def lines(self, values: np.ndarray, floor: tuple[float, float]) -> tuple[float, float]:
+        """The warn and fail lines of `values`, never below `floor`'s (warn, fail)."""
+        if not values.size:
+            return floor
+        if self.method == "quantiles":
+            warn, fail = np.quantile(values, [self.warn, self.fail])
+        else:
+            mean, deviation = float(values.mean()), float(values.std())
+            warn, fail = mean + self.warn * deviation, mean + self.fail * deviation
+        return max(floor[0], float(warn)), max(floor[1], float(fail))
+
+    def describe(self) -> str:
+        if self.method == "quantiles":
+            return f"warn at their {self.warn:g} quantile, fail at their {self.fail:g} quantile"
+        return (
+            f"warn at their mean + {self.warn:g} standard deviations, fail at their mean +"
+            f" {self.fail:g} standard deviations"
+        )
+
+
 def natural_lines(
     frame: pd.DataFrame,
     days: pd.Series,
@@ -333,8 +390,7 @@ def natural_lines(
     categorical: Sequence[str],
     window_days: int,
     floor: ColumnLines,
-    warn_quantile: float = 0.9,
-    fail_quantile: float = 1.0,
+    rule: LineRule = LineRule(),
     score: str | None = SCORE,
 ) -> "NaturalLines | None":
     """Each column's lines from how far it moved inside the model's own training period.
@@ -342,13 +398,9 @@ def natural_lines(
     `frame` holds the training rows (features, and the served model's `score` for each), `days`
     the local day of each row. Every run of `window_days` consecutive days of the period is
     compared, as a monitored window is, with the rest of the period (the same PSI and KS); a
-    column's warn and fail lines are the `warn_quantile` and `fail_quantile` of its windows'
-    values, never below `floor`. None when the period holds fewer than two windows' days: too
-    short to say how much a column varies."""
-    if not 0 <= warn_quantile <= fail_quantile <= 1:
-        raise ValueError(
-            f"need 0 <= warn_quantile <= fail_quantile <= 1, got {warn_quantile}, {fail_quantile}"
-        )
+    column's warn and fail lines are set from its windows' values by `rule`, never below
+    `floor`. None when the period holds fewer than two windows' days: too short to say how much
+    a column varies."""
     period = sorted(set(days))
     if len(period) < 2 * window_days:
         return None
@@ -376,21 +428,13 @@ def natural_lines(
     for column, measured in values.items():
         psis = np.array([v[0] for v in measured], dtype="float64")
         kss = np.array([v[1] for v in measured if v[1] is not None], dtype="float64")
-
-        def line(spread: np.ndarray, q: float, least: float) -> float:
-            return max(least, float(np.quantile(spread, q))) if spread.size else least
-
-        lines[column] = ColumnLines(
-            psi_warn=line(psis, warn_quantile, floor.psi_warn),
-            psi_fail=line(psis, fail_quantile, floor.psi_fail),
-            ks_warn=min(line(kss, warn_quantile, floor.ks_warn), 1.0),
-            ks_fail=min(line(kss, fail_quantile, floor.ks_fail), 1.0),
-        )
+        psi_warn, psi_fail = rule.lines(psis, (floor.psi_warn, floor.psi_fail))
+        ks_warn, ks_fail = rule.lines(kss, (floor.ks_warn, floor.ks_fail))
+        lines[column] = ColumnLines(psi_warn, psi_fail, min(ks_warn, 1.0), min(ks_fail, 1.0))
     return NaturalLines(
         window_days=window_days,
         windows=len(period) - window_days + 1,
-        warn_quantile=warn_quantile,
-        fail_quantile=fail_quantile,
+        rule=rule,
         columns=lines,
     )
 
@@ -401,34 +445,34 @@ class NaturalLines:
 
     window_days: int
     windows: int
-    warn_quantile: float
-    fail_quantile: float
+    rule: LineRule
     columns: Mapping[str, ColumnLines]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "window_days": self.window_days,
             "windows": self.windows,
-            "warn_quantile": self.warn_quantile,
-            "fail_quantile": self.fail_quantile,
+            "rule": asdict(self.rule),
             "columns": {c: asdict(lines) for c, lines in self.columns.items()},
         }
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> "NaturalLines":
+        if "rule" in document:
+            rule = LineRule(**document["rule"])
+        else:  # lines registered before the rule was a choice: always quantiles
+            rule = LineRule("quantiles", document["warn_quantile"], document["fail_quantile"])
         return cls(
             window_days=int(document["window_days"]),
             windows=int(document["windows"]),
-            warn_quantile=float(document["warn_quantile"]),
-            fail_quantile=float(document["fail_quantile"]),
+            rule=rule,
             columns={c: ColumnLines(**v) for c, v in document["columns"].items()},
         )
 
     def describe(self) -> str:
         return (
             f"measured on the training period: {self.windows} windows of {self.window_days}"
-            f" days, each against the rest; warn at their {self.warn_quantile:g} quantile,"
-            f" fail at their {self.fail_quantile:g} quantile"
+            f" days, each against the rest; {self.rule.describe()}"
         )
 
 

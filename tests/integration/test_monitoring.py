@@ -82,6 +82,9 @@ def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silen
     assert check.severity != dg.AssetCheckSeverity.ERROR or check.passed
     assert "data:image/png;base64," in metadata["drift_plot"]
     assert "| probability | score |" in metadata["drift_table"]
+    # The declared calendar columns are features of the served model, shown and never flagged.
+    for column in CASE.drift.calendar:
+        assert f"| {column} | numeric | calendar: not judged |" in metadata["drift_table"]
     document = json.loads(
         (world.home / "lake" / "flights" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
     )

@@ -7,6 +7,7 @@ import pytest
 from ml.drift import (
     ColumnLines,
     DriftThresholds,
+    LineRule,
     NaturalLines,
     _ks_statistic,
     categorical_counts,
@@ -175,11 +176,42 @@ def test_a_column_that_moves_inside_the_training_period_gets_lines_above_its_mov
     assert NaturalLines.from_dict(measured.to_dict()) == measured
 
 
-def test_a_period_shorter_than_two_windows_measures_no_lines_and_quantiles_are_checked():
+def test_a_period_shorter_than_two_windows_measures_no_lines_and_rules_are_checked():
     frame, days = training_period(days=13)
     assert natural_lines(frame, days, ["steady"], [], 7, ColumnLines()) is None
-    with pytest.raises(ValueError, match="warn_quantile <= fail_quantile"):
-        natural_lines(frame, days, ["steady"], [], 3, ColumnLines(), 0.9, 0.5)
+    with pytest.raises(ValueError, match=r"warn <= fail <= 1 with 'quantiles', got 0.9, 1.5"):
+        LineRule("quantiles", 0.9, 1.5)
+    with pytest.raises(ValueError, match=r"warn <= fail with 'deviations', got 3, 2"):
+        LineRule("deviations", 3, 2)
+
+
+def test_the_rule_sets_lines_from_the_windows_spread():
+    values = np.array([0.4, 0.5, 0.6, 0.5, 0.5])  # mean 0.5, standard deviation 0.0632
+    deviation = values.std()
+    assert LineRule().lines(values, (0.1, 0.25)) == pytest.approx(
+        (0.5 + 2 * deviation, 0.5 + 3 * deviation)
+    )
+    assert LineRule("quantiles", 0.5, 1.0).lines(values, (0.1, 0.25)) == (0.5, 0.6)
+    assert LineRule().lines(values / 100, (0.1, 0.25)) == (0.1, 0.25)  # never below the floor
+    assert LineRule().lines(np.array([]), (0.1, 0.25)) == (0.1, 0.25)
+    # Past the most a column moved in a few windows, but within its spread: not a failure.
+    frame, days = training_period()
+    columns = (["steady", "wandering"], ["carrier"])
+    deviations = natural_lines(frame, days, *columns, 7, ColumnLines())
+    most = natural_lines(frame, days, *columns, 7, ColumnLines(), LineRule("quantiles", 0.9, 1))
+    assert deviations is not None and most is not None
+    assert deviations.columns["wandering"].psi_fail > most.columns["wandering"].psi_fail
+    assert "mean + 3 standard deviations" in deviations.describe()
+    assert "fail at their 1 quantile" in most.describe()
+
+
+def test_lines_registered_before_the_rule_was_a_choice_are_read_as_quantiles():
+    document = {"window_days": 7, "windows": 15, "warn_quantile": 0.9, "fail_quantile": 1.0,
+                "columns": {"temp": {"psi_warn": 0.2, "psi_fail": 0.3, "ks_warn": 0.1,
+                                     "ks_fail": 0.2}}}  # fmt: skip
+    lines = NaturalLines.from_dict(document)
+    assert lines.rule == LineRule("quantiles", 0.9, 1.0)
+    assert lines.columns["temp"] == ColumnLines(0.2, 0.3, 0.1, 0.2)
 
 
 def test_the_ks_statistic_of_the_lines_is_scipys():
@@ -189,3 +221,20 @@ def test_the_ks_statistic_of_the_lines_is_scipys():
     b[:50] = a[:50]  # ties across the samples
     assert _ks_statistic(a, b) == pytest.approx(ks_2samp(a, b).statistic, abs=1e-12)  # type: ignore[attr-defined]
     assert _ks_statistic(a, np.array([])) is None
+
+
+def test_a_calendar_column_is_measured_and_shown_but_never_flagged():
+    reference = frame(3000).assign(month=2)
+    march = frame(1000).assign(month=3)  # every day after training is a month never seen
+    columns = (["temp", "month"], ["carrier"])
+    assert compare(reference, march, *columns).failed == ["month"]
+    report = compare(reference, march, *columns, DriftThresholds(calendar=("month",)))
+    month = next(c for c in report.columns if c.name == "month")
+    assert month.psi > 5 and month.ks_statistic == 1.0 and month.level == "ok"
+    assert report.failed == report.warned == [] and report.level == "ok"
+    assert "| month | numeric | calendar: not judged |" in report.table()
+    # A calendar declaration silences that column, no other.
+    hot = march.assign(temp=march["temp"] + 40)
+    assert compare(reference, hot, *columns, DriftThresholds(calendar=("month",))).failed == [
+        "temp"
+    ]

@@ -13,6 +13,7 @@ from assets.features import table_arguments, table_inputs
 from assets.usecase import (
     Day,
     DeclarationError,
+    DriftSettings,
     FeatureTableSpec,
     Lookup,
     Prediction,
@@ -40,6 +41,8 @@ def test_the_bundled_declarations_are_valid_and_apart():
         ({"name": "Flights"}, "name"),
         ({"daily_at": "2:30 am"}, "daily_at"),
         ({"daily_at": "05:59"}, "daily_at"),  # before the flights' last arrivals are known
+        ({"drift": DriftSettings(rule="quantiles", warn_at=0.9, fail_at=3)}, "drift.warn_at"),
+        ({"drift": DriftSettings(rule="mean")}, "drift.rule"),  # type: ignore[arg-type]
         ({"label": dataclasses.replace(FLIGHTS.label, known_after=dt.timedelta(days=1))},
          "label.known_after"),
         ({"partitions": dataclasses.replace(FLIGHTS.partitions, timezone="Mars/Olympus")},

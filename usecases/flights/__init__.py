@@ -16,6 +16,7 @@ from assets.usecase import (
     DailyPartitions,
     Day,
     Dimension,
+    DriftSettings,
     EventTable,
     FeatureTableSpec,
     Label,
@@ -204,6 +205,13 @@ USE_CASE = UseCase(
             edges=(0, 6, 12, 18, 24),
             labels=("night", "morning", "afternoon", "evening"),
         ),
+    ),
+    # A function of the date alone: a window after training is a date the model never saw.
+    drift=DriftSettings(
+        calendar=tuple(
+            f"flight_schedule__{name}"
+            for name in ("day_of_week", "month", "days_to_holiday", "days_since_holiday")
+        )
     ),
     # Once the day's last flights have landed (label.known_after); the retrain after it. The
     # day's predictions, as of its start, come with this run: after the 4.7% of its flights

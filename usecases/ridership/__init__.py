@@ -165,7 +165,21 @@ USE_CASE = UseCase(
         Slice("station", "station_calendar__station_code"),
         Slice("month", "station_calendar__month"),
     ),
-    drift=DriftSettings(window_days=14),
+    drift=DriftSettings(
+        window_days=14,
+        # A function of the date alone: a window after training is a date the model never saw.
+        calendar=tuple(
+            f"station_calendar__{name}"
+            for name in (
+                "day_of_week",
+                "month",
+                "day_of_year",
+                "is_weekend",
+                "is_holiday",
+                "days_to_holiday",
+            )
+        ),
+    ),
     daily_at="03:00",
     retrain_cron="30 4 * * 1",
 )
