@@ -44,7 +44,7 @@ venv: $(ENV_STAMP)
 # The instance's configuration, kept in the repo, copied where Dagster reads it (every time: the
 # profile may have changed): the production profile's (PostgreSQL, deploy/dagster.yaml) under
 # ML_LIFECYCLE_ENV=prod.
-INSTANCE_FILE := $(if $(filter prod,$(ML_LIFECYCLE_ENV)),deploy/dagster.yaml,dagster.yaml)
+INSTANCE_FILE := deploy/$(if $(filter prod,$(ML_LIFECYCLE_ENV)),dagster.yaml,dagster.local.yaml)
 instance:
 	@install -D -m 644 $(INSTANCE_FILE) $(DAGSTER_HOME)/dagster.yaml
 

@@ -224,7 +224,7 @@ def executor() -> dg.ExecutorDefinition:
 
 ENVIRONMENTS = {"local": local_resources, "prod": production_resources}
 INSTANCE_FILES = {
-    "local": REPO_ROOT / "dagster.yaml",
+    "local": REPO_ROOT / "deploy" / "dagster.local.yaml",
     "prod": REPO_ROOT / "deploy" / "dagster.yaml",
 }
 """The Dagster instance of each environment, as copied into DAGSTER_HOME (`make run`, `make dev`;

@@ -43,11 +43,13 @@ REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
 
 
 def run_tags() -> dict[str, str]:
-    """Tags of every run this command starts: the machine it runs on, by which the next
+    """Tags of every run this command starts: what launched it (the UI's runs list shows it
+    beside Dagster's "Manually launched"), and the machine it runs on, by which the next
     `make run` (or the daemon) tells that a run left unfinished here was killed."""
     from pipelines.run_health import HOST_TAG, this_host
+    from pipelines.schedules import TRIGGER_TAG
 
-    return {HOST_TAG: this_host()}
+    return {TRIGGER_TAG: "make_run", HOST_TAG: this_host()}
 
 
 def baseline_lines(case: UseCase, evaluation: dict) -> list[str]:

@@ -149,6 +149,7 @@ def build_schedules(case: UseCase, settings: AutomationSettings, jobs: Sequence[
         hour_of_day=settings.daily_time().hour,
         minute_of_hour=settings.daily_time().minute,
         default_status=settings.status,
+        tags={TRIGGER_TAG: "schedule"},
     )
 
     @dg.schedule(

@@ -165,7 +165,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
+    shutil.copyfile(REPO / "deploy" / "dagster.local.yaml", home / "dagster_home" / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         world = World(definitions(resources), instance, registry, home, drops)
         with warnings.catch_warnings():

@@ -74,7 +74,7 @@ def launch(server: Server) -> str:
 def location(tmp_path: Path) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.local.yaml").read_text())
     (tmp_path / "location.py").write_text(LOCATION)
     (tmp_path / "markers").mkdir()
     return tmp_path

@@ -49,7 +49,7 @@ ASSETS_QUERY = """{ assetNodes { assetKey { path } groupName
   partitionDefinition { description type }
   assetChecksOrError { ... on AssetChecks { checks { name blocking } } } } }"""
 REPOSITORIES_QUERY = """{ repositoriesOrError { ... on RepositoryConnection { nodes {
-  name jobs { name } schedules { name } sensors { name } } } } }"""
+  name location { name } jobs { name } schedules { name } sensors { name } } } } }"""
 RUNS_QUERY = """query($filter: RunsFilter) { runsOrError(filter: $filter) {
   ... on Runs { results { runId status tags { key value } } } } }"""
 BACKFILLS_QUERY = """{ partitionBackfillsOrError(limit: 20) { ... on PartitionBackfills {
@@ -215,6 +215,7 @@ def test_the_api_serves_the_graph_partitions_checks_schedules_and_sensors(server
     assert nodes["raw_weather"]["assetChecksOrError"]["checks"] == [
         {"name": "weather_contract", "blocking": True}
     ]
+    assert repository["location"]["name"] == "ml-lifecycle"  # workspace.yaml's, not a path
     jobs = {j["name"] for j in repository["jobs"]}
     assert {
         CASE.name_for("daily_partition"),

@@ -111,7 +111,7 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
+    shutil.copyfile(REPO / "deploy" / "dagster.local.yaml", home / "dagster_home" / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         lifecycle = Lifecycle(definitions(resources), instance, registry, home, {})
         # The flights first: a day of them, in the same instance, lake and Feast registry.

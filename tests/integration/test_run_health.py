@@ -51,7 +51,7 @@ JOB = textwrap.dedent(
 def home(tmp_path: Path) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.local.yaml").read_text())
     return home
 
 

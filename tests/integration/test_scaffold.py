@@ -173,7 +173,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     resources["launcher"] = LocalTorchrun(output_root=str(home / "models"), processes=1)
     assert isinstance(resources["mlflow"], MlflowRegistry)
     (home / "dagster_home").mkdir(parents=True)
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster_home" / "dagster.yaml")
+    shutil.copyfile(REPO / "deploy" / "dagster.local.yaml", home / "dagster_home" / "dagster.yaml")
     try:
         with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
             defs = definitions(resources, use_cases=(case,))

@@ -8,7 +8,12 @@ import dagster as dg
 import pytest
 
 from pipelines.jobs import build_jobs, definition_name
-from pipelines.schedules import AutomationSettings, latest_labelled_day, retrain_request
+from pipelines.schedules import (
+    TRIGGER_TAG,
+    AutomationSettings,
+    latest_labelled_day,
+    retrain_request,
+)
 from tests.unit.tiny_case import TINY, stub_definitions
 
 pytestmark = [
@@ -58,6 +63,7 @@ def test_the_nightly_schedule_processes_the_day_before_its_tick(tick, partition)
     context = dg.build_schedule_context(scheduled_execution_time=tick)
     (request,) = nightly.evaluate_tick(context).run_requests or []
     assert request.partition_key == partition
+    assert request.tags[TRIGGER_TAG] == "schedule"  # the runs list says what launched it
 
 
 def test_the_nightly_hour_and_the_retrain_cron_come_from_the_environment():
