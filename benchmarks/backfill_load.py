@@ -40,7 +40,10 @@ from typing import Literal
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-INSTANCE_FILES = {"prod": REPO / "deploy" / "dagster.yaml", "local": REPO / "deploy" / "dagster.local.yaml"}
+INSTANCE_FILES = {
+    "prod": REPO / "deploy" / "dagster.yaml",
+    "local": REPO / "deploy" / "dagster.local.yaml",
+}
 POSTGRES_SERVER = "postgresql+psycopg2://postgres@127.0.0.1:5432"
 """Where the production profile's throwaway database is created (SQLAlchemy 2.1 reads a bare
 `postgresql://` as psycopg 3, which is not installed)."""

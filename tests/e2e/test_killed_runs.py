@@ -230,7 +230,9 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mini]:
     home = tmp_path_factory.mktemp("killed")
     drops = make_drops(home / "drops", DAYS)
     (home / "dagster_home").mkdir()
-    (home / "dagster_home" / "dagster.yaml").write_text((REPO / "deploy" / "dagster.local.yaml").read_text())
+    (home / "dagster_home" / "dagster.yaml").write_text(
+        (REPO / "deploy" / "dagster.local.yaml").read_text()
+    )
     resources = local_resources(home)
     resources["flights_source"] = DropFolderSource(root=str(drops))
     resources["launcher"] = LocalTorchrun(output_root=str(home / "models"), processes=2)
