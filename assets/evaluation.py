@@ -402,24 +402,24 @@ def _metadata(
     }
     pairs = {name: (labels, s) for name, s in scores.items()}
     if threshold is not None:  # a binary classifier
-        metadata["threshold"] = threshold
-        metadata["roc"] = markdown_image("ROC", plots.roc_curves(pairs))
-        metadata["calibration"] = markdown_image(
+        metadata["threshold"] = _finite(threshold)
+        metadata["roc_plot"] = markdown_image("ROC", plots.roc_curves(pairs))
+        metadata["calibration_plot"] = markdown_image(
             "calibration",
             plots.calibration_plot(
                 {"challenger": challenger.calibration}
                 | ({f"champion v{champion_version}": champion.calibration} if champion else {})
             ),
         )
-        metadata["slices"] = markdown_image(
+        metadata["slices_plot"] = markdown_image(
             "ROC AUC per slice", plots.slice_bars(challenger, champion)
         )
     else:
-        metadata["predicted_vs_actual"] = markdown_image(
+        metadata["predicted_vs_actual_plot"] = markdown_image(
             "predicted vs actual", plots.predicted_vs_actual(pairs)
         )
-        metadata["residuals"] = markdown_image("residuals", plots.residuals(pairs))
-        metadata["slices"] = markdown_image(
+        metadata["residuals_plot"] = markdown_image("residuals", plots.residuals(pairs))
+        metadata["slices_plot"] = markdown_image(
             "RMSE per slice", plots.slice_bars(challenger, champion)
         )
     if challenger.baseline is not None:
@@ -427,11 +427,11 @@ def _metadata(
         metadata["baseline_rows"] = compared["baseline"]["rows"]
         for name in ("rmse", "mae", "r2", "roc_auc", "log_loss"):
             if name in compared["baseline"]:
-                metadata[f"baseline_{name}"] = compared["baseline"][name]
-                metadata[f"model_on_baseline_rows_{name}"] = compared["model"][name]
+                metadata[f"baseline_{name}"] = _finite(compared["baseline"][name])
+                metadata[f"model_on_baseline_rows_{name}"] = _finite(compared["model"][name])
     loss_curve = Path(run.folder) / "loss_curve.png"
     if loss_curve.is_file():
-        metadata["loss_curve"] = markdown_image("loss per epoch", loss_curve.read_bytes())
+        metadata["loss_curve_plot"] = markdown_image("loss per epoch", loss_curve.read_bytes())
     return metadata
 
 
@@ -462,9 +462,13 @@ def _cell(value: float, spec: str = ".4f") -> str:
 
 
 def _finite(value: float) -> float | None:
+    """A figure as the metadata table shows it: rounded to 4 decimals (the gate report keeps
+    every digit); None when not finite."""
     import math
 
-    return value if isinstance(value, int | float) and math.isfinite(value) else None
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return value if isinstance(value, int) else round(value, 4)
 
 
 def markdown_image(title: str, png: bytes) -> dg.MetadataValue:

@@ -248,8 +248,10 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             "score_psi": _number(report.score.psi if report.score else None),
             "score_ks": _number(report.score.ks_statistic if report.score else None),
             "lines": lines,
-            "failed_features": dg.MetadataValue.json(report.failed),
-            "warned_features": dg.MetadataValue.json(report.warned),
+            # Counts, which the Plots tab draws across days; the names are in the table.
+            "failed_features": len(report.failed),
+            "warned_features": len(report.warned),
+            "failed": _names(report.failed),
             "drift_table": dg.MetadataValue.md(report.table()),
             "drift_plot": markdown_image(
                 "PSI per column",
@@ -265,6 +267,14 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         yield dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(_digest(path)))
 
     return feature_drift
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    """The first `shown` names and how many more: a line, not a list that fills the table."""
+    if not names:
+        return "none"
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" … and {more} more (drift_table)" if more > 0 else "")
 
 
 def _number(value: float | None) -> float | None:
@@ -441,7 +451,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 ),
                 "verdict": verdict,
                 "reason": of_window.overall.reason,
-                "over_time": markdown_image(
+                "over_time_plot": markdown_image(
                     f"{policy.metric} over time",
                     plots.realized_over_time(history, tested.get(policy.metric), policy.metric),
                 ),

@@ -168,15 +168,16 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         return dg.Output(
             run,
             metadata={
+                # Rounded for the table; result.json and MLflow keep every digit.
                 **{
-                    f"validation_{k}": v
+                    f"validation_{k}": _rounded(v)
                     for k, v in validation.items()
                     if k not in ("rows", "threshold")
                 },
-                "best_validation_loss": result["best_validation_loss"],
+                "best_validation_loss": _rounded(result["best_validation_loss"]),
                 "best_epoch": result["best_epoch"],
                 "epochs": result["epochs"],
-                "samples_per_s": result["samples_per_s"],
+                "samples_per_s": _rounded(result["samples_per_s"], 0),
                 "precision": result["precision"],
                 "world_size": manifest["world_size"],
                 "layout": str(getattr(reported.get("layout"), "value", "as launched")),
@@ -186,7 +187,7 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
                 "checkpoints": dg.MetadataValue.path(str(output / "checkpoints")),
                 "manifest": dg.MetadataValue.json(manifest),
                 "data_fingerprint": manifest["data_fingerprint"],
-                "loss_curve": dg.MetadataValue.md(
+                "loss_curve_plot": dg.MetadataValue.md(
                     f"![loss per epoch](data:image/png;base64,{base64.b64encode(plot).decode()})"
                 ),
                 "mlflow_run": dg.MetadataValue.url(tracked.link),
@@ -222,3 +223,8 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    """A figure as the metadata table shows it; None stays None (a metric that has none)."""
+    return None if value is None else round(float(value), digits)

@@ -144,10 +144,10 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
                 "days": len(its_days),
                 "drift_events": sum(bool(d.get("drift_event")) for d in drift),
                 "failed_features_per_day": _mean(
-                    [len(d.get("failed_features") or []) for d in drift if d]
+                    [d.get("failed_features") or 0 for d in drift if d]
                 ),
                 "warned_features_per_day": _mean(
-                    [len(d.get("warned_features") or []) for d in drift if d]
+                    [d.get("warned_features") or 0 for d in drift if d]
                 ),
                 "score_psi_median": _median([d.get("score_psi") for d in drift if d]),
                 "metric": policy.metric,
@@ -191,7 +191,7 @@ def _day_line(figures: dict) -> str:
     metric = real.get("metric", "")
     return (
         f"score PSI {_fmt(drift.get('score_psi'))}, drift event {drift.get('drift_event')},"
-        f" {len(drift.get('failed_features') or [])} features past fail;"
+        f" {drift.get('failed_features') or 0} features past fail;"
         f" {metric} day {_fmt(real.get(f'day_{metric}'))}"
         f" window {_fmt(real.get(f'window_{metric}'))} {real.get('verdict')}"
         + ("" if figures.get("success") else f"; FAILED: {figures.get('problem')}")

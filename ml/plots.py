@@ -136,8 +136,9 @@ def slice_bars(
     challenger: Evaluation, champion: Evaluation | None, metric: str | None = None
 ) -> bytes:
     """One panel per slice, a bar per value of `metric` (by default the task's
-    `slice_metric`: ROC AUC, or RMSE) for the challenger and, beside it, the champion; skipped
-    values have no bar and "(skipped)" under their name."""
+    `slice_metric`: ROC AUC, or RMSE) for the challenger and, beside it, the champion; under each
+    value its test rows (`n=`), so a small slice reads as one; skipped values have no bar and
+    "(skipped)" under their name."""
     kind = METRICS[challenger.task]
     metric = metric or task_named(challenger.task).slice_metric
     if metric not in {f.name for f in fields(kind)}:
@@ -166,7 +167,10 @@ def slice_bars(
                 )
             axes.set_xticks(
                 x + (width / 2 if champion is not None else 0),
-                [s.value if s.metrics is not None else f"{s.value}\n(skipped)" for s in ours],
+                [
+                    f"{s.value}\nn={s.rows:,}" + ("" if s.metrics is not None else "\n(skipped)")
+                    for s in ours
+                ],
                 rotation=45 if len(ours) > 8 else 0,
                 fontsize=8,
             )

@@ -405,7 +405,7 @@ class Summary:
             else:
                 lines.append(f"  predictions {day}: FAILED: {outcome.problem}")
             if drift := self.metadata(outcome, "feature_drift"):
-                failed = drift.get("failed_features")
+                failed = drift.get("failed_features")  # a count
                 event = (
                     f"a DRIFT EVENT (the {sensor} sensor requests a retrain)"
                     if drift.get("drift_event")
@@ -414,7 +414,7 @@ class Summary:
                 lines.append(
                     f"  drift {day}: window {drift.get('window')}: score PSI"
                     f" {_number(drift.get('score_psi'), '.3f')}, {event};"
-                    f" {len(failed) if isinstance(failed, list) else '?'} features past their"
+                    f" {failed if isinstance(failed, int) else '?'} features past their"
                     f" fail line (check: {drift.get('level')})"
                 )
             if real := self.metadata(outcome, "realized_performance"):

@@ -350,10 +350,10 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
 
     page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=events")
     page.get_by_text("test_roc_auc", exact=True).first.wait_for()
-    for entry in ("roc", "calibration", "comparison"):
+    for entry in ("roc_plot", "calibration_plot", "comparison"):
         page.get_by_text(entry, exact=True).first.wait_for()
     screenshot(page, "6-model-evaluation-metrics")
-    roc = page.locator("tr", has=page.get_by_text("roc", exact=True)).first
+    roc = page.locator("tr", has=page.get_by_text("roc_plot", exact=True)).first
     roc.get_by_text("[Show Markdown]").click()
     plot = page.get_by_role("dialog").locator('img[src^="data:image/png;base64,"]').first
     plot.wait_for()

@@ -74,7 +74,7 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     evaluation = metadata(result, "model_evaluation")
     assert evaluation["decision"] == "promote" and evaluation["champion"] == "none yet"
     assert 0.5 < evaluation["test_roc_auc"] <= 1
-    for plot in ("roc", "calibration", "slices", "loss_curve"):
+    for plot in ("roc_plot", "calibration_plot", "slices_plot", "loss_curve_plot"):
         assert "data:image/png;base64," in evaluation[plot]
 
     assert world.champion() == "1"

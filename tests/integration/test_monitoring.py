@@ -89,6 +89,11 @@ def test_a_week_like_the_training_days_does_not_drift_and_the_sensor_stays_silen
         (world.home / "lake" / "flights" / "feature_drift" / f"{LIKE_TRAINING}.json").read_text()
     )
     assert document["drift_event"] is False and document["current_rows"] == metadata["rows"]
+    # Counts in the metadata (the Plots tab draws them), a line of names, all in the table.
+    assert metadata["failed_features"] == len(document["failed"])
+    assert metadata["warned_features"] == len(document["warned"])
+    assert metadata["failed"].startswith(", ".join(document["failed"][:5]) or "none")
+    assert len(metadata["failed"]) < 300  # a line, however many failed
     # The world's champion learned from fewer days than two drift windows: too few to measure
     # how its columns vary, so it was registered without lines and is judged by the absolute
     # ones, and says so (tests/unit/test_drift.py measures the lines; `make run` uses them).
@@ -275,7 +280,7 @@ def test_the_champion_passes_its_realized_check_a_degraded_copy_fails_and_gets_o
     assert {"| carrier | ", "| origin | ", "| hour_band | "} <= {
         line[: line.index(" | ", 2) + 3] for line in champion["slices"].splitlines()[2:]
     }
-    for plot in ("over_time", "slices_plot"):
+    for plot in ("over_time_plot", "slices_plot"):
         assert champion[plot].startswith("![roc_auc "), plot
     sensor = decay_sensor()
     assert not evaluate(world, sensor, None)[0].run_requests
