@@ -37,6 +37,10 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 """The tags of a run that takes a range of partitions (what a batched backfill launches)."""
+UI = "http://127.0.0.1:3000"
+LOCATION = "ml-lifecycle"
+"""The code location's name in the UI (workspace.yaml's `location_name`; a test holds them
+equal): a stage's page is `<UI>/locations/<LOCATION>/asset-groups/<group>`."""
 BINARY_EVALUATION = ("test_roc_auc", "threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
 """`model_evaluation` metadata the summary shows, by task."""
@@ -451,6 +455,11 @@ class Summary:
         return lines
 
 
+def stage_link(case: UseCase, stage: str) -> str:
+    """The UI's page of one stage of `case` (its asset group), drawn in full."""
+    return f"{UI}/locations/{LOCATION}/asset-groups/{case.group(stage)}"
+
+
 def where_lines(case: UseCase, home: Path) -> list[str]:
     """Where `make run` left its results, and where to look at them."""
     lake = home / "lake"
@@ -475,10 +484,12 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         f"  the champion's lineage, back to raw days:     make lineage"
         f' ARGS="model --use-case {case.name}"',
         "",
-        "Open the UI: `make dev`, then http://127.0.0.1:3000. There you find:",
-        "  Assets → Global asset lineage: the whole lifecycle, ingestion to monitoring;",
-        "    each asset page shows its partitions, metadata (row counts, metrics, plots)",
-        "    and check results (contracts, gate, ONNX parity, drift, realized performance).",
+        f"Open the UI: `make dev`, then {UI}. There you find:",
+        f"  the lifecycle a stage at a time, e.g. its features: {stage_link(case, 'features')}",
+        "    each asset drawn with its state, linked to the stages before and after it;",
+        "    Lineage in the sidebar has every stage as a box, opened from the list on its left;",
+        "    an asset's page shows its partitions, metadata (row counts, metrics, plots) and",
+        "    check results (contracts, gate, ONNX parity, drift, realized performance).",
         "  Runs: every run this command made, step by step, with logs.",
         f"  Automation: {name('nightly_daily_partition')}, {name('nightly_retrain')}, the"
         f" {name('drift_retrain')}, {name('decay_retrain')}"

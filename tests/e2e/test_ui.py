@@ -32,6 +32,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.run import UI, stage_link
 from tests.conftest import CASE, LIFECYCLE_GROUPS
 from tests.world import World, make_drops
 
@@ -309,6 +310,11 @@ def launch_from_materialize_dialog(
 def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     server: Server, world: World, page
 ):
+    # Where make run's summary sends a person first: a stage drawn in full, every asset named.
+    page.goto(stage_link(CASE, "features").replace(UI, server.url))
+    for asset in ("flight_features", "training_set", "trained_model"):  # the last: next stage
+        page.get_by_text(asset, exact=True).first.wait_for()
+    screenshot(page, "0-features-stage")
     page.goto(f"{server.url}/asset-groups")
     for group in sorted(GROUPS):
         page.get_by_text(CASE.group(group), exact=True).first.wait_for()

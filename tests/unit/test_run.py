@@ -118,6 +118,17 @@ def test_where_the_results_are_follows_the_use_cases_keys_and_names():
     assert "/home/lake/tiny/batch_predictions" in text
     assert "any day or range from 2024-01-01 to 2024-03-31" in text
     assert "Models → tiny_model" in text
+    assert "http://127.0.0.1:3000/locations/ml-lifecycle/asset-groups/tiny_features" in text
+
+
+def test_the_ui_links_name_the_workspaces_code_location():
+    import yaml
+
+    from pipelines.run import LOCATION
+
+    workspace = yaml.safe_load((Path(__file__).parents[2] / "workspace.yaml").read_text())
+    (entry,) = workspace["load_from"]
+    assert entry["python_module"]["location_name"] == LOCATION
 
 
 @pytest.mark.parametrize(("option", "value"), [("--start", "2013-02-30"), ("--end", "yesterday")])
