@@ -61,6 +61,7 @@ dev: $(ENV_STAMP) instance
 	$(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
 
 mlflow: $(ENV_STAMP)
+	@echo "MLflow on http://127.0.0.1:5000/#/?workflowType=machine_learning (its training view)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(ML_LIFECYCLE_HOME)/mlflow/mlflow.db \
 	  --host 127.0.0.1 --port 5000
 

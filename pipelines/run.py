@@ -41,6 +41,8 @@ UI = "http://127.0.0.1:3000"
 LOCATION = "ml-lifecycle"
 """The code location's name in the UI (workspace.yaml's `location_name`; a test holds them
 equal): a stage's page is `<UI>/locations/<LOCATION>/asset-groups/<group>`."""
+MLFLOW_UI = "http://127.0.0.1:5000/#/?workflowType=machine_learning"
+"""`make mlflow`'s UI, on its machine-learning view (MLflow 3 opens on GenAI otherwise)."""
 BINARY_EVALUATION = ("test_roc_auc", "threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
 """`model_evaluation` metadata the summary shows, by task."""
@@ -500,8 +502,7 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
         f" {case.partitions.start} to {last};",
         f"    {name('retrain')}: train now; {name('rollback_champion_job')}: move the champion"
         " back.",
-        f"MLflow: `make mlflow`, then http://127.0.0.1:5000 (runs, Models →"
-        f" {case.registered_model}).",
+        f"MLflow: `make mlflow`, then {MLFLOW_UI} (runs, Models → {case.registered_model}).",
     ]
 
 

@@ -42,6 +42,9 @@ SHA256_TAG = "sha256."
 MAIN_FILE_TAG = "main_file"
 GATE_TAG = "gate_decision"
 REGISTRATION_ERROR_TAG = "registration_error"
+ML_VIEW = "workflowType=machine_learning"
+"""The query parameter by which MLflow 3's UI shows its machine-learning navigation (runs,
+models) rather than its default GenAI one (traces, prompts): on every link we print."""
 _VERSION = re.compile(r"[1-9][0-9]*")
 
 
@@ -174,7 +177,7 @@ class MlflowRegistry(dg.ConfigurableResource):
             run_id=run_id,
             experiment_id=experiment_id,
             artifact_uri=str(run.info.artifact_uri),
-            link=f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}",
+            link=f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}",
         )
 
     def next_version(self, model_name: str) -> str:
@@ -380,7 +383,8 @@ class MlflowRegistry(dg.ConfigurableResource):
             aliases=sorted(found.aliases or []),
             tags=tags,
             created_at=datetime.fromtimestamp(found.creation_timestamp / 1000, tz=UTC),
-            link=f"{self.ui_url.rstrip('/')}/#/models/{found.name}/versions/{found.version}",
+            link=f"{self.ui_url.rstrip('/')}/#/models/{found.name}/versions/{found.version}"
+            f"?{ML_VIEW}",
         )
 
     @staticmethod

@@ -83,7 +83,7 @@ def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, t
     assert first.gate_decision == "promote"
     assert first.tags["data_fingerprint"] == "abc123"
     assert first.source.endswith("/model")
-    assert first.link.endswith("/#/models/delay_register/versions/1")
+    assert first.link.endswith("/#/models/delay_register/versions/1?workflowType=machine_learning")
     client = registry._client()
     run = client.get_run(first.run_id)
     assert run.info.status == "FINISHED"

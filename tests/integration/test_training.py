@@ -18,6 +18,7 @@ import torch
 
 from ml import checkpoint
 from ml.dataset import fingerprint
+from resources.registry import ML_VIEW
 
 pytestmark = pytest.mark.integration
 
@@ -241,7 +242,7 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
     assert len(client.get_metric_history(run.info.run_id, "validation_loss")) == 2
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"manifest.json", "model.safetensors", "loss_curve.png"} <= artifacts
-    assert metadata["mlflow_run"].value.endswith(f"/runs/{run.info.run_id}")
+    assert metadata["mlflow_run"].value.endswith(f"/runs/{run.info.run_id}?{ML_VIEW}")
 
 
 def test_a_refused_input_fails_the_step_once_with_the_reason(training_set, tmp_path):
