@@ -370,7 +370,8 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
             {"model_version": version},
             launcher.file_mode,
         )
-        registered = mlflow.for_use_case(case.name).register(
+        registry = mlflow.for_use_case(case.name)
+        registered = registry.register(
             model_name,
             files={
                 MODEL_FILE: stamped.path,
@@ -400,7 +401,15 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
             },
             run_name=f"registered_model-{context.run.run_id[:8]}",
             expected_version=version,
-            description=f"Passed the gate: {'; '.join(r.summary for r in report.rules)}",
+            description=(
+                f"{model_name} v{version}: {case.label.column} ({case.label.task}) from"
+                f" {run.feature_service}, an ONNX file"
+                + (" (int8)" if exported.quantized else "")
+                + f" trained on training set {run.data_fingerprint[:12]}"
+                + (f" (days through {exported.data_through})" if exported.data_through else "")
+                + f", by Dagster run {registry.dagster_run(context.run.run_id)}. Passed the gate:"
+                f" {'; '.join(r.summary for r in report.rules)}."
+            ),
         )
         promotion = mlflow.promote(
             model_name, registered.version, reason=f"passed the gate in run {context.run.run_id}"

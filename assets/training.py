@@ -154,6 +154,13 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
                 "weights_path": result["weights"],
             },
             documents={"manifest.json": manifest, "result.json": result},
+            description=(
+                f"{case.registered_model}: {case.label.column} ({case.label.task}) from"
+                f" {manifest['feature_service']}, trained by Dagster run"
+                f" {tracking.dagster_run(context.run.run_id)} on training set"
+                f" {manifest['data_fingerprint'][:12]}; best epoch {result['best_epoch']} of"
+                f" {result['epochs']}, validation loss {result['best_validation_loss']:.4f}."
+            ),
             files=[output / name for name in ("model.safetensors", "preprocessor.json")]
             + [plot_file]
             if local

@@ -42,6 +42,8 @@ SHA256_TAG = "sha256."
 MAIN_FILE_TAG = "main_file"
 GATE_TAG = "gate_decision"
 REGISTRATION_ERROR_TAG = "registration_error"
+NOTE_TAG = "mlflow.note.content"
+"""The run tag MLflow's UI shows as the run's description."""
 ML_VIEW = "workflowType=machine_learning"
 """The query parameter by which MLflow 3's UI shows its machine-learning navigation (runs,
 models) rather than its default GenAI one (traces, prompts): on every link we print."""
@@ -121,6 +123,14 @@ class MlflowRegistry(dg.ConfigurableResource):
     ui_url: str = Field(
         default="http://127.0.0.1:5000", description="The MLflow UI, for links in metadata."
     )
+    dagster_url: str = Field(
+        default="http://127.0.0.1:3000",
+        description="The Dagster UI, for links from MLflow back to the run that logged there.",
+    )
+
+    def dagster_run(self, run_id: str) -> str:
+        """A Markdown link to Dagster run `run_id`, for an MLflow description."""
+        return f"[{run_id[:8]}]({self.dagster_url.rstrip('/')}/runs/{run_id})"
 
     def for_use_case(self, name: str) -> "MlflowRegistry":
         """This registry with use case `name`'s experiment: its training and registration runs
@@ -142,14 +152,20 @@ class MlflowRegistry(dg.ConfigurableResource):
         tags: Mapping[str, str],
         documents: Mapping[str, Any],
         files: Sequence[Path],
+        description: str = "",
     ) -> TrackedRun:
         """One finished training run: params, per-epoch and final metrics, JSON documents
-        (e.g. the run manifest) and files (e.g. weights, plots), as artifacts."""
+        (e.g. the run manifest) and files (e.g. weights, plots), as artifacts; `description`
+        (Markdown) is the note MLflow shows on the run's page."""
         from mlflow.entities import Metric, Param, RunTag
 
         client = self._client()
         experiment_id = self._experiment_id(client)
-        run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
+        run = client.create_run(
+            experiment_id,
+            run_name=run_name,
+            tags={**tags, **({NOTE_TAG: description} if description else {})},
+        )
         run_id = run.info.run_id
         try:
             now = _millis()

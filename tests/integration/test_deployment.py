@@ -80,6 +80,15 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     assert world.champion() == "1"
     version = world.registry.champion(MODEL)
     assert version is not None and version.gate_decision == "promote"
+    # The version says what it is, what it learned from, what made it and what gate it passed.
+    from mlflow import MlflowClient
+
+    described = MlflowClient(world.registry.tracking_uri).get_model_version(MODEL, "1")
+    assert described.description.startswith(
+        "flight_delay v1: arrival_delayed (binary) from flight_delay_v1, an ONNX file"
+    )
+    assert f"(http://127.0.0.1:3000/runs/{result.run_id})" in described.description
+    assert "Passed the gate: all metrics finite" in described.description
     served = world.registry.fetch(version, "model.onnx", world.home / "verify")
     properties = read_properties(served)
     assert properties["model_version"] == "1"

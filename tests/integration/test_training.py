@@ -243,6 +243,8 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"manifest.json", "model.safetensors", "loss_curve.png"} <= artifacts
     assert metadata["mlflow_run"].value.endswith(f"/runs/{run.info.run_id}?{ML_VIEW}")
+    # And back: the run's description links the Dagster run that trained it.
+    assert f"(http://127.0.0.1:3000/runs/{result.run_id})" in run.data.tags["mlflow.note.content"]
 
 
 def test_a_refused_input_fails_the_step_once_with_the_reason(training_set, tmp_path):
