@@ -308,6 +308,9 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         )
         with atomic_write(Path(run.folder) / GATE_REPORT, "w", launcher.file_mode) as sink:
             sink.write(report.to_json())
+        # The training's MLflow run gets the same figures, by the same names (test_…, and the
+        # threshold that produced them), as this asset's metadata.
+        serving.registry.log_metrics(run.mlflow_run_id, _test_figures(challenger, threshold))
         for result in report.rules:
             yield dg.AssetCheckResult(
                 check_name=result.rule,
@@ -396,13 +399,12 @@ def _metadata(
         "reasons": "; ".join(report.reasons) or "every rule passed",
         "champion": f"{model_name} v{champion_version}" if champion_version else "none yet",
         "test_rows": metrics["rows"],
-        **{f"test_{k}": _finite(v) for k, v in metrics.items() if k not in ("rows", "threshold")},
+        **{k: _finite(v) for k, v in _test_figures(challenger, threshold).items()},
         "gate_report": dg.MetadataValue.path(str(Path(run.folder) / GATE_REPORT)),
         "comparison": dg.MetadataValue.md(_comparison(challenger, champion, champion_version)),
     }
     pairs = {name: (labels, s) for name, s in scores.items()}
     if threshold is not None:  # a binary classifier
-        metadata["threshold"] = _finite(threshold)
         metadata["roc_plot"] = markdown_image("ROC", plots.roc_curves(pairs))
         metadata["calibration_plot"] = markdown_image(
             "calibration",
@@ -459,6 +461,16 @@ def _comparison(
 
 def _cell(value: float, spec: str = ".4f") -> str:
     return "n/a" if value is None or value != value else format(value, spec)
+
+
+def _test_figures(challenger: "Evaluation", threshold: float | None) -> dict[str, float]:
+    """The model's test metrics as both Dagster and MLflow name them: `test_<metric>`, and a
+    binary classifier's `test_threshold`, at which its thresholded ones (accuracy, F1) are."""
+    metrics = challenger.overall.as_dict()
+    figures = {f"test_{k}": v for k, v in metrics.items() if k not in ("rows", "threshold")}
+    if threshold is not None:
+        figures["test_threshold"] = threshold
+    return {k: float(v) for k, v in figures.items() if v is not None}
 
 
 def _finite(value: float) -> float | None:

@@ -43,7 +43,7 @@ LOCATION = "ml-lifecycle"
 equal): a stage's page is `<UI>/locations/<LOCATION>/asset-groups/<group>`."""
 MLFLOW_UI = "http://127.0.0.1:5000/#/?workflowType=machine_learning"
 """`make mlflow`'s UI, on its machine-learning view (MLflow 3 opens on GenAI otherwise)."""
-BINARY_EVALUATION = ("test_roc_auc", "threshold")
+BINARY_EVALUATION = ("test_roc_auc", "test_threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
 """`model_evaluation` metadata the summary shows, by task."""
 

@@ -196,6 +196,16 @@ class MlflowRegistry(dg.ConfigurableResource):
             link=f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}",
         )
 
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
+        """Figures measured after a run ended (a model's test metrics, once it is evaluated),
+        added to that run, so that its page tells what the Dagster asset says."""
+        from mlflow.entities import Metric
+
+        now = _millis()
+        self._client().log_batch(
+            run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)]
+        )
+
     def next_version(self, model_name: str) -> str:
         """The number MLflow will give the next version of `model_name` ("1" for a new model).
 

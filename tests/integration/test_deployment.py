@@ -89,6 +89,11 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     )
     assert f"(http://127.0.0.1:3000/runs/{result.run_id})" in described.description
     assert "Passed the gate: all metrics finite" in described.description
+    # The training's MLflow run has the test figures, named and valued as Dagster shows them.
+    trained = metadata(result, "trained_model")
+    training = MlflowClient(world.registry.tracking_uri).get_run(trained["mlflow_run_id"])
+    for name in ("test_roc_auc", "test_f1", "test_threshold"):
+        assert round(training.data.metrics[name], 4) == evaluation[name], name
     served = world.registry.fetch(version, "model.onnx", world.home / "verify")
     properties = read_properties(served)
     assert properties["model_version"] == "1"

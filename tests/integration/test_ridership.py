@@ -142,7 +142,7 @@ def test_the_regression_is_trained_gated_exported_registered_and_serves(lifecycl
     assert evaluation["decision"] == "promote"
     assert evaluation["test_rows"] == 2 * 20  # two test days of 20 stations
     assert evaluation["test_rmse"] > 0 and 0 < evaluation["test_mae"] <= evaluation["test_rmse"]
-    assert "test_roc_auc" not in evaluation and "threshold" not in evaluation
+    assert "test_roc_auc" not in evaluation and "test_threshold" not in evaluation
     # The seasonal-naive forecast was measured on the same rows.
     assert evaluation["baseline_rows"] == 40 and evaluation["baseline_rmse"] > 0
     checks = {c.check_name: c.passed for c in trained.get_asset_check_evaluations()}

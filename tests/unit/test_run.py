@@ -97,10 +97,10 @@ def test_the_summary_is_told_by_the_declaration():
 
 
 def test_a_binary_summary_shows_rates_auc_and_threshold():
-    text = summary(TINY, {"test_roc_auc": 0.71, "threshold": 0.4, "test_rmse": 9.0})
+    text = summary(TINY, {"test_roc_auc": 0.71, "test_threshold": 0.4, "test_rmse": 9.0})
 
     assert "train 7 rows (25.0% positive)" in text
-    assert "evaluation on 3 test rows, test_roc_auc 0.710, threshold 0.400;" in text
+    assert "evaluation on 3 test rows, test_roc_auc 0.710, test_threshold 0.400;" in text
     assert "rmse" not in text
 
 
