@@ -358,7 +358,7 @@ class Summary:
         if evaluation:
             shown = BINARY_EVALUATION if self.case.label.task == "binary" else REGRESSION_EVALUATION
             metrics = "".join(
-                f", {key} {_number(evaluation[key], '.3f')}" for key in shown if key in evaluation
+                f", {key} {_number(evaluation[key], '.4f')}" for key in shown if key in evaluation
             )
             lines += [
                 f"  evaluation on {evaluation.get('test_rows')} test rows{metrics};"

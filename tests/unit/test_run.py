@@ -100,7 +100,7 @@ def test_a_binary_summary_shows_rates_auc_and_threshold():
     text = summary(TINY, {"test_roc_auc": 0.71, "test_threshold": 0.4, "test_rmse": 9.0})
 
     assert "train 7 rows (25.0% positive)" in text
-    assert "evaluation on 3 test rows, test_roc_auc 0.710, test_threshold 0.400;" in text
+    assert "evaluation on 3 test rows, test_roc_auc 0.7100, test_threshold 0.4000;" in text
     assert "rmse" not in text
 
 
@@ -108,7 +108,7 @@ def test_a_regression_summary_shows_errors_and_no_rates():
     text = summary(REGRESSION, {"test_rmse": 9.5, "test_mae": 7.25, "test_r2": 0.3})
 
     assert "train 7 rows," in text and "positive" not in text
-    assert "evaluation on 3 test rows, test_rmse 9.500, test_mae 7.250, test_r2 0.300;" in text
+    assert "evaluation on 3 test rows, test_rmse 9.5000, test_mae 7.2500, test_r2 0.3000;" in text
     assert "predicts late of trip_outcome (regression)" in text
 
 
