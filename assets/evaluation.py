@@ -310,7 +310,9 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
             sink.write(report.to_json())
         # The training's MLflow run gets the same figures, by the same names (test_…, and the
         # threshold that produced them), as this asset's metadata.
-        serving.registry.log_metrics(run.mlflow_run_id, _test_figures(challenger, threshold))
+        tracked = serving.registry.log_metrics(
+            run.mlflow_run_id, _test_figures(challenger, threshold)
+        )
         for result in report.rules:
             yield dg.AssetCheckResult(
                 check_name=result.rule,
@@ -328,17 +330,20 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
                 weights_sha256=trained.weights_sha256,
                 threshold=threshold,
             ),
-            metadata=_metadata(
-                report,
-                challenger,
-                champion,
-                champion_version,
-                threshold,
-                scores,
-                labels,
-                run,
-                model_name,
-            ),
+            metadata={
+                **_metadata(
+                    report,
+                    challenger,
+                    champion,
+                    champion_version,
+                    threshold,
+                    scores,
+                    labels,
+                    run,
+                    model_name,
+                ),
+                "mlflow_run": dg.MetadataValue.url(tracked),
+            },
         )
 
     return model_evaluation

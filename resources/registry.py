@@ -193,18 +193,22 @@ class MlflowRegistry(dg.ConfigurableResource):
             run_id=run_id,
             experiment_id=experiment_id,
             artifact_uri=str(run.info.artifact_uri),
-            link=f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}",
+            link=self._run_link(experiment_id, run_id),
         )
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> str:
         """Figures measured after a run ended (a model's test metrics, once it is evaluated),
-        added to that run, so that its page tells what the Dagster asset says."""
+        added to that run, so that its page tells what the Dagster asset says; the page's link."""
         from mlflow.entities import Metric
 
-        now = _millis()
-        self._client().log_batch(
+        client, now = self._client(), _millis()
+        client.log_batch(
             run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)]
         )
+        return self._run_link(client.get_run(run_id).info.experiment_id, run_id)
+
+    def _run_link(self, experiment_id: str, run_id: str) -> str:
+        return f"{self.ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}"
 
     def next_version(self, model_name: str) -> str:
         """The number MLflow will give the next version of `model_name` ("1" for a new model).

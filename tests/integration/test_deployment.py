@@ -94,6 +94,7 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     training = MlflowClient(world.registry.tracking_uri).get_run(trained["mlflow_run_id"])
     for name in ("test_roc_auc", "test_f1", "test_threshold"):
         assert round(training.data.metrics[name], 4) == evaluation[name], name
+    assert evaluation["mlflow_run"] == trained["mlflow_run"]  # the run both assets wrote to
     served = world.registry.fetch(version, "model.onnx", world.home / "verify")
     properties = read_properties(served)
     assert properties["model_version"] == "1"
