@@ -469,10 +469,18 @@ def production_registry() -> MlflowRegistry:
       install it in the production image, with credentials from the usual AWS variables
       (and MLFLOW_S3_ENDPOINT_URL for an S3-compatible store such as MinIO). The root applies
       only when the experiment is created; an existing experiment keeps its own.
+    - `MLFLOW_UI_URL` and `DAGSTER_UI_URL`, optional: where people open the two UIs, for the
+      links each writes to the other (default: the local ones, 127.0.0.1:5000 and :3000).
     """
+    links = {
+        field: os.environ[variable]
+        for field, variable in (("ui_url", "MLFLOW_UI_URL"), ("dagster_url", "DAGSTER_UI_URL"))
+        if os.environ.get(variable)
+    }
     return MlflowRegistry(
         tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"),
         artifact_root=dg.EnvVar("MLFLOW_ARTIFACT_ROOT"),
+        **links,
     )
 
 

@@ -247,3 +247,19 @@ def test_the_launcher_settings_deployed_as_a_configmap_build_both_cluster_launch
             built = launcher(tmp_path)
         assert isinstance(built, cls)
         assert built.gpus_per_pod >= 1 and built.service_account == "ml-trainer"
+
+
+def test_the_production_registry_links_the_uis_people_open():
+    from resources.registry import production_registry
+
+    assert {"MLFLOW_UI_URL", "DAGSTER_UI_URL"} <= listed()
+    urls = {"MLFLOW_UI_URL": "https://mlflow.example", "DAGSTER_UI_URL": "https://dagster.example"}
+    with mock.patch.dict(os.environ, urls):
+        registry = production_registry()
+    assert (registry.ui_url, registry.dagster_url) == tuple(urls.values())
+    assert (
+        registry.dagster_run("0123456789") == "[01234567](https://dagster.example/runs/0123456789)"
+    )
+    with mock.patch.dict(os.environ, {"MLFLOW_UI_URL": "", "DAGSTER_UI_URL": ""}):
+        unset = production_registry()  # the local UIs, as a development machine has them
+    assert (unset.ui_url, unset.dagster_url) == ("http://127.0.0.1:5000", "http://127.0.0.1:3000")
