@@ -10,6 +10,7 @@ after `import dagster` (docs/benchmarks.md, P1).
 
 import gc
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,3 +39,13 @@ def with_inputs(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Callable[.
     ]
     fn.__signature__ = inspect.Signature([*fixed, *named])  # type: ignore[attr-defined]
     return fn
+
+
+def figure(value: object, digits: int = 4) -> float | int | None:
+    """A number as a metadata table shows it: a float rounded to `digits` decimals (the files
+    and MLflow keep every digit), an int as it is, None for anything else or not finite."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        return value
+    return round(value, digits) if math.isfinite(value) else None

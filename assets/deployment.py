@@ -238,7 +238,7 @@ def _drift_files(
     import pyarrow.parquet as pq
 
     from ml.dataset import LabelSpec
-    from ml.drift import SCORE, ColumnLines, LineRule, natural_lines, reference_sample
+    from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
     from ml.files import atomic_write
     from ml.predict import Scorer
 
@@ -256,7 +256,7 @@ def _drift_files(
         scorer.categorical_features,
         window_days=settings.window_days,
         floor=ColumnLines(settings.psi_warn, settings.psi_fail, settings.ks_warn, settings.ks_fail),
-        rule=LineRule(settings.rule, settings.warn_at, settings.fail_at),
+        rule=settings.line_rule(),
     )
     if measured is None:
         return reference, None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, figure
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun
 from assets.usecase import UseCase
@@ -310,9 +310,8 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
             sink.write(report.to_json())
         # The training's MLflow run gets the same figures, by the same names (test_…, and the
         # threshold that produced them), as this asset's metadata.
-        tracked = serving.registry.log_metrics(
-            run.mlflow_run_id, _test_figures(challenger, threshold)
-        )
+        figures = _test_figures(challenger, threshold)
+        tracked = serving.registry.log_metrics(run.mlflow_run_id, figures)
         for result in report.rules:
             yield dg.AssetCheckResult(
                 check_name=result.rule,
@@ -334,6 +333,7 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
                 **_metadata(
                     report,
                     challenger,
+                    figures,
                     champion,
                     champion_version,
                     threshold,
@@ -388,6 +388,7 @@ def _document(report: "GateReport") -> dict[str, Any]:
 def _metadata(
     report: "GateReport",
     challenger: "Evaluation",
+    figures: Mapping[str, float],
     champion: "Evaluation | None",
     champion_version: str | None,
     threshold: float | None,
@@ -404,7 +405,7 @@ def _metadata(
         "reasons": "; ".join(report.reasons) or "every rule passed",
         "champion": f"{model_name} v{champion_version}" if champion_version else "none yet",
         "test_rows": metrics["rows"],
-        **{k: _finite(v) for k, v in _test_figures(challenger, threshold).items()},
+        **{k: figure(v) for k, v in figures.items()},
         "gate_report": dg.MetadataValue.path(str(Path(run.folder) / GATE_REPORT)),
         "comparison": dg.MetadataValue.md(_comparison(challenger, champion, champion_version)),
     }
@@ -434,8 +435,8 @@ def _metadata(
         metadata["baseline_rows"] = compared["baseline"]["rows"]
         for name in ("rmse", "mae", "r2", "roc_auc", "log_loss"):
             if name in compared["baseline"]:
-                metadata[f"baseline_{name}"] = _finite(compared["baseline"][name])
-                metadata[f"model_on_baseline_rows_{name}"] = _finite(compared["model"][name])
+                metadata[f"baseline_{name}"] = figure(compared["baseline"][name])
+                metadata[f"model_on_baseline_rows_{name}"] = figure(compared["model"][name])
     loss_curve = Path(run.folder) / "loss_curve.png"
     if loss_curve.is_file():
         metadata["loss_curve_plot"] = markdown_image("loss per epoch", loss_curve.read_bytes())
@@ -476,16 +477,6 @@ def _test_figures(challenger: "Evaluation", threshold: float | None) -> dict[str
     if threshold is not None:
         figures["test_threshold"] = threshold
     return {k: float(v) for k, v in figures.items() if v is not None}
-
-
-def _finite(value: float) -> float | None:
-    """A figure as the metadata table shows it: rounded to 4 decimals (the gate report keeps
-    every digit); None when not finite."""
-    import math
-
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return value if isinstance(value, int) else round(value, 4)
 
 
 def markdown_image(title: str, png: bytes) -> dg.MetadataValue:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, figure
 from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
@@ -232,7 +232,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             severity=dg.AssetCheckSeverity.ERROR if level == "fail" else dg.AssetCheckSeverity.WARN,
             description=f"{day}, window {span}: {report.summary()}",
             metadata={
-                "score_psi": _number(report.score.psi if report.score else None),
+                "score_psi": figure(report.score.psi if report.score else None),
                 "failed_features": len(report.failed),
             },
         )
@@ -245,8 +245,8 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             "days_with_rows": f"{days_with_rows} of {config.window_days}",
             "rows": report.current_rows,
             "reference_rows": report.reference_rows,
-            "score_psi": _number(report.score.psi if report.score else None),
-            "score_ks": _number(report.score.ks_statistic if report.score else None),
+            "score_psi": figure(report.score.psi if report.score else None),
+            "score_ks": figure(report.score.ks_statistic if report.score else None),
             "lines": lines,
             # Counts, which the Plots tab draws across days; the names are in the table.
             "failed_features": len(report.failed),
@@ -275,12 +275,6 @@ def _names(names: list[str], shown: int = 5) -> str:
         return "none"
     more = len(names) - shown
     return ", ".join(names[:shown]) + (f" … and {more} more (drift_table)" if more > 0 else "")
-
-
-def _number(value: float | None) -> float | None:
-    import math
-
-    return round(value, 4) if value is not None and math.isfinite(value) else None
 
 
 def _digest(path) -> str:
@@ -437,17 +431,17 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 CHAMPION_DATA_THROUGH: model.tags.get(DATA_THROUGH_TAG, ""),
                 "model": f"{case.registered_model} v{version}",
                 "metric": policy.metric,
-                "tested": _number(tested.get(policy.metric)),
+                "tested": figure(tested.get(policy.metric)),
                 "day_rows": measured_day.rows,
-                f"day_{policy.metric}": _number(measured_day.value),
+                f"day_{policy.metric}": figure(measured_day.value),
                 f"day_{policy.metric}_interval": dg.MetadataValue.json(
-                    [_number(measured_day.low), _number(measured_day.high)]
+                    [figure(measured_day.low), figure(measured_day.high)]
                 ),
                 "window": span,
                 "window_rows": measured.rows,
-                f"window_{policy.metric}": _number(measured.value),
+                f"window_{policy.metric}": figure(measured.value),
                 f"window_{policy.metric}_interval": dg.MetadataValue.json(
-                    [_number(measured.low), _number(measured.high)]
+                    [figure(measured.low), figure(measured.high)]
                 ),
                 "verdict": verdict,
                 "reason": of_window.overall.reason,

@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, create_model
 
+from assets import figure
 from assets.pods import TRAINING as TRAINING_POD
 from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
@@ -177,14 +178,14 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
             metadata={
                 # Rounded for the table; result.json and MLflow keep every digit.
                 **{
-                    f"validation_{k}": _rounded(v)
+                    f"validation_{k}": figure(v)
                     for k, v in validation.items()
                     if k not in ("rows", "threshold")
                 },
-                "best_validation_loss": _rounded(result["best_validation_loss"]),
+                "best_validation_loss": figure(result["best_validation_loss"]),
                 "best_epoch": result["best_epoch"],
                 "epochs": result["epochs"],
-                "samples_per_s": _rounded(result["samples_per_s"], 0),
+                "samples_per_s": figure(result["samples_per_s"], 0),
                 "precision": result["precision"],
                 "world_size": manifest["world_size"],
                 "layout": str(getattr(reported.get("layout"), "value", "as launched")),
@@ -230,8 +231,3 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def _rounded(value: float | None, digits: int = 4) -> float | None:
-    """A figure as the metadata table shows it; None stays None (a metric that has none)."""
-    return None if value is None else round(float(value), digits)

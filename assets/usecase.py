@@ -10,7 +10,6 @@ and the field. Building Dagster objects from them is `assets.stages` and `pipeli
 """
 
 import datetime as dt
-import math
 import re
 import zoneinfo
 from collections.abc import Callable, Mapping
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
 
+from ml.drift_rule import METHODS, LineRule
 from resources.expectations import TableContract
 
 if TYPE_CHECKING:
@@ -301,21 +301,20 @@ class DriftSettings:
     (fail) standard deviations; with `"quantiles"`, those quantiles of it (0.9 and 1.0: warn
     past nine windows in ten, fail past the most it ever moved)."""
 
-    def problem(self) -> tuple[str, str] | None:
-        """The field and what is wrong with it, if anything."""
-        if self.rule not in ("deviations", "quantiles"):
-            return "drift.rule", f"{self.rule!r} is neither 'deviations' nor 'quantiles'"
-        top = 1.0 if self.rule == "quantiles" else math.inf
-        if not 0 <= self.warn_at <= self.fail_at <= top:
-            return "drift.warn_at", (
-                f"need 0 <= warn_at <= fail_at{' <= 1' if top == 1 else ''} with {self.rule!r},"
-                f" got {self.warn_at}, {self.fail_at}"
-            )
-        return None
-
     calendar: tuple[str, ...] = ()
     """Features (`<view>__<feature>`, as served) that are a function of the date alone: shown in
     the drift table, never flagged (`ml.drift.DriftThresholds.calendar`)."""
+
+    def line_rule(self) -> LineRule:
+        return LineRule(self.rule, self.warn_at, self.fail_at)
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field and what is wrong with it, if anything."""
+        try:
+            self.line_rule()
+        except ValueError as error:
+            return ("drift.rule" if self.rule not in METHODS else "drift.warn_at"), str(error)
+        return None
 
 
 @dataclass(frozen=True)

@@ -469,7 +469,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         )
 
     with stages("parity"):
-        from ml.drift import SCORE, ColumnLines, LineRule, natural_lines, reference_sample
+        from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
         from ml.export import parity
         from ml.predict import Scorer
 
@@ -491,7 +491,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
             floor=ColumnLines(
                 declared.psi_warn, declared.psi_fail, declared.ks_warn, declared.ks_fail
             ),
-            rule=LineRule(declared.rule, declared.warn_at, declared.fail_at),
+            rule=declared.line_rule(),
         )
 
     test_days = [d for d in window if d >= split.test_start]

@@ -35,6 +35,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ml.drift_rule import DEFAULT_RULE, LineRule
+
 SCORE = "probability"
 """The reference's and the day's column with the model's score (its output, whatever the task:
 the name is kept for the references already stored)."""
@@ -337,52 +339,6 @@ def compare(
     )
 
 
-@dataclass(frozen=True)
-class LineRule:
-    """How a column's warn and fail lines are set from the values (PSI, KS) of its windows in
-    the training period.
-
-    - `"deviations"`: their mean plus `warn` (`fail`) standard deviations, a control chart's
-      limits. A training period holds few independent windows (31 days: four weeks), so the
-      most a column moved in them is a low estimate of how far it moves by chance
-      (docs/monitoring.md measures both on a bundled use case).
-    - `"quantiles"`: the `warn` and `fail` quantiles of those values (1.0: the most it ever
-      moved)."""
-
-    method: Literal["deviations", "quantiles"] = "deviations"
-    warn: float = 2.0
-    fail: float = 3.0
-
-    def __post_init__(self) -> None:
-        if self.method not in ("deviations", "quantiles"):
-            raise ValueError(f"method {self.method!r} is neither 'deviations' nor 'quantiles'")
-        top = 1.0 if self.method == "quantiles" else math.inf
-        if not 0 <= self.warn <= self.fail <= top:
-            raise ValueError(
-                f"need 0 <= warn <= fail{' <= 1' if top == 1 else ''} with {self.method!r},"
-                f" got {self.warn}, {self.fail}"
-            )
-
-    def lines(self, values: np.ndarray, floor: tuple[float, float]) -> tuple[float, float]:
-        """The warn and fail lines of `values`, never below `floor`'s (warn, fail)."""
-        if not values.size:
-            return floor
-        if self.method == "quantiles":
-            warn, fail = np.quantile(values, [self.warn, self.fail])
-        else:
-            mean, deviation = float(values.mean()), float(values.std())
-            warn, fail = mean + self.warn * deviation, mean + self.fail * deviation
-        return max(floor[0], float(warn)), max(floor[1], float(fail))
-
-    def describe(self) -> str:
-        if self.method == "quantiles":
-            return f"warn at their {self.warn:g} quantile, fail at their {self.fail:g} quantile"
-        return (
-            f"warn at their mean + {self.warn:g} standard deviations, fail at their mean +"
-            f" {self.fail:g} standard deviations"
-        )
-
-
 def natural_lines(
     frame: pd.DataFrame,
     days: pd.Series,
@@ -390,7 +346,7 @@ def natural_lines(
     categorical: Sequence[str],
     window_days: int,
     floor: ColumnLines,
-    rule: LineRule = LineRule(),
+    rule: LineRule = DEFAULT_RULE,
     score: str | None = SCORE,
 ) -> "NaturalLines | None":
     """Each column's lines from how far it moved inside the model's own training period.

@@ -31,17 +31,18 @@ import dagster as dg
 
 from assets.usecase import Trailing, UseCase
 from pipelines.jobs import definition_name
+from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 """The tags of a run that takes a range of partitions (what a batched backfill launches)."""
-UI = "http://127.0.0.1:3000"
+UI = LOCAL_DAGSTER_UI
 LOCATION = "ml-lifecycle"
 """The code location's name in the UI (workspace.yaml's `location_name`; a test holds them
 equal): a stage's page is `<UI>/locations/<LOCATION>/asset-groups/<group>`."""
-MLFLOW_UI = "http://127.0.0.1:5000/#/?workflowType=machine_learning"
+MLFLOW_UI = f"{LOCAL_MLFLOW_UI}/#/?{ML_VIEW}"
 """`make mlflow`'s UI, on its machine-learning view (MLflow 3 opens on GenAI otherwise)."""
 BINARY_EVALUATION = ("test_roc_auc", "test_threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")

@@ -42,6 +42,9 @@ SHA256_TAG = "sha256."
 MAIN_FILE_TAG = "main_file"
 GATE_TAG = "gate_decision"
 REGISTRATION_ERROR_TAG = "registration_error"
+LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
+LOCAL_DAGSTER_UI = "http://127.0.0.1:3000"
+"""Where `make mlflow` and `make dev` serve the two UIs: the links' default."""
 NOTE_TAG = "mlflow.note.content"
 """The run tag MLflow's UI shows as the run's description."""
 ML_VIEW = "workflowType=machine_learning"
@@ -121,10 +124,10 @@ class MlflowRegistry(dg.ConfigurableResource):
         description="MLflow experiment name; a use case's runs go to its own (`for_use_case`).",
     )
     ui_url: str = Field(
-        default="http://127.0.0.1:5000", description="The MLflow UI, for links in metadata."
+        default=LOCAL_MLFLOW_UI, description="The MLflow UI, for links in metadata."
     )
     dagster_url: str = Field(
-        default="http://127.0.0.1:3000",
+        default=LOCAL_DAGSTER_UI,
         description="The Dagster UI, for links from MLflow back to the run that logged there.",
     )
 
