@@ -11,6 +11,7 @@ after `import dagster` (docs/benchmarks.md, P1).
 import gc
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,8 +45,8 @@ def with_inputs(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Callable[.
 def figure(value: object, digits: int = 4) -> float | int | None:
     """A number as a metadata table shows it: a float rounded to `digits` decimals (the files
     and MLflow keep every digit), an int as it is, None for anything else or not finite."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's scalars too
         return None
-    if isinstance(value, int):
-        return value
-    return round(value, digits) if math.isfinite(value) else None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return round(float(value), digits) if math.isfinite(value) else None
