@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +57,10 @@ PREPROCESSOR = "preprocessor.json"
 RESULT = "result.json"
 PIPES_CONTEXT = "DAGSTER_PIPES_CONTEXT"
 """Set by a Dagster Pipes client in the environment of the process it launches."""
+HOLD_AFTER_CHECKPOINT = "ML_LIFECYCLE_HOLD_AFTER_CHECKPOINT"
+"""Fault injection, for tests that kill a training mid-way: a file path. Rank 0 creates it once
+its first checkpoint is committed and then waits, with the job, until it is killed; the test
+kills it once the file is there, so the kill lands mid-training however fast the machine is."""
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """A loss of (fp32 network outputs, labels as `Preprocessor.transform` makes them)."""
@@ -180,6 +185,8 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         if ranks.is_main:
             state = checkpoint_state(optimizer, scheduler, best_weights, history, ranks.device)
             checkpoint.save(root, next_position, model.state_dict(), state)
+            if held := os.environ.get(HOLD_AFTER_CHECKPOINT):
+                _hold(Path(held))
         if ranks.world_size > 1:
             dist.barrier()
 
@@ -495,6 +502,13 @@ def main(argv: list[str] | None = None) -> int:
         if pipes is not None:
             pipes.report_asset_materialization(metadata=_metadata(result, config.output_dir))
     return 0
+
+
+def _hold(marker: Path) -> None:
+    """`HOLD_AFTER_CHECKPOINT`: say that a checkpoint is committed, then wait to be killed."""
+    log.warning("holding after checkpoint (%s=%s) until killed", HOLD_AFTER_CHECKPOINT, marker)
+    marker.touch()
+    threading.Event().wait()
 
 
 @contextmanager

@@ -3,7 +3,8 @@
 A small world of its own (the first four days of 2013, which need no history lead-in). Each
 stage's run is started in a process of its own (`tests/e2e/run_job.py`, which runs a job as
 `make run` does), and its whole process group is SIGKILLed once the stage is seen to have
-started: its step's STEP_START in the instance, or for training a committed checkpoint. Then the
+started: its step's STEP_START in the instance, or for training a committed checkpoint (after
+which training holds, `ml.train.HOLD_AFTER_CHECKPOINT`, until it is killed). Then the
 work runs again in a new process, as the next `make run` would: the dead run is found, marked
 failed and its pool slots freed, and the rerun completes. A rerun is itself killed at the next
 stage where it can be, so the stages form chains: ingestion → feature materialization; training
@@ -30,6 +31,7 @@ import psutil
 import pytest
 
 from ml import checkpoint
+from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.definitions import definitions, local_resources
 from pipelines.run_health import release_dead_runs
 from resources.launchers import LocalTorchrun
@@ -96,10 +98,12 @@ class Mini:
         *,
         from_failure: str | None = None,
         kill_when: tuple[Callable[[], bool], str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> str:
-        """Run `job` in a process of its own (after releasing dead runs, as `make run` does);
-        with `kill_when`, SIGKILL its process group once the stage is seen, then wait until no
-        process of it is left (torchrun's node included). The run's id."""
+        """Run `job` in a process of its own (after releasing dead runs, as `make run` does),
+        with `env` added to its environment; with `kill_when`, SIGKILL its process group once
+        the stage is seen, then wait until no process of it is left (torchrun's node included).
+        The run's id."""
         command = [sys.executable, "-m", "tests.e2e.run_job", job]
         command += ["--config", json.dumps({**QUIET, **(config or {})})]
         command += ["--partition", partition] if partition else []
@@ -110,7 +114,7 @@ class Mini:
         process = subprocess.Popen(
             command,
             cwd=REPO,
-            env=self.environment(),
+            env={**self.environment(), **(env or {})},
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -173,12 +177,6 @@ class Mini:
             )
 
         return seen
-
-    def checkpoint_committed(self, after: set[Path]) -> Callable[[], bool]:
-        return lambda: bool(self.checkpoints() - after)
-
-    def checkpoints(self) -> set[Path]:
-        return set((self.home / "models").glob("*/checkpoints/step-*/COMPLETE"))
 
     def assert_released(self, run_id: str) -> None:
         run = self.instance.get_run_by_id(run_id)
@@ -279,8 +277,15 @@ def test_a_training_killed_at_every_stage_resumes_and_ends_with_the_same_champio
     weights = mini.materialization("trained_model")[2]["weights_sha256"]
     assert mini.champion_weights() == weights
 
-    committed = mini.checkpoint_committed(mini.checkpoints())
-    training = mini.job("train_model", config=TRAIN, kill_when=(committed, "a checkpoint"))
+    # Training holds after its first committed checkpoint until it is killed: however fast
+    # the machine, the kill lands before the training ends.
+    held = mini.home / "checkpoint-committed"
+    training = mini.job(
+        "train_model",
+        config=TRAIN,
+        kill_when=(held.exists, "a checkpoint"),
+        env={HOLD_AFTER_CHECKPOINT: str(held)},
+    )
     # A new run resumes from that checkpoint, trains to the end and is killed in export.
     exporting = mini.job(
         "train_model", config=TRAIN, kill_when=(mini.step_started("onnx_model"), "export")
