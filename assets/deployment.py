@@ -23,7 +23,7 @@ from assets.training import TrainedRun
 from assets.usecase import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
-from resources.registry import MlflowRegistry, RegistryError
+from resources.registry import MlflowRegistry, OnnxFlavour, RegistryError
 from resources.serving import (
     DATA_THROUGH_TAG,
     LINES_FILE,
@@ -40,6 +40,8 @@ REGISTRY_POOL = "model_registry"
 """Dagster concurrency pool around registrations and alias moves (limit 1, dagster.yaml): the
 version number stamped into a file must be the one MLflow assigns."""
 PARITY = "onnx_parity"
+EXAMPLE_ROWS = 5
+"""Training rows in a registered model's MLflow input example."""
 
 
 class OnnxModelConfig(dg.Config):
@@ -399,7 +401,8 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
                 "threshold": repr(evaluation.threshold),
                 **({DATA_THROUGH_TAG: exported.data_through} if exported.data_through else {}),
             },
-            run_name=f"registered_model-{context.run.run_id[:8]}",
+            run_id=run.mlflow_run_id,  # the training's run: one MLflow run per model
+            flavour=_flavour(stamped.path, exported),
             expected_version=version,
             description=(
                 f"{model_name} v{version}: {case.label.column} ({case.label.task}) from"
@@ -460,6 +463,20 @@ def promotion_refusal(
             f" v{report.champion_version}; evaluate again against the current champion"
         )
     return None
+
+
+def _flavour(served: Path, exported: OnnxModel) -> OnnxFlavour | None:
+    """The served file as an MLflow model, its example the first rows of the drift reference
+    (training rows); None for an export older than the reference."""
+    import pandas as pd
+
+    from ml.predict import Scorer
+
+    if not exported.drift_reference:
+        return None
+    scorer = Scorer.load(served)
+    inputs = scorer.inputs(pd.read_parquet(exported.drift_reference).head(EXAMPLE_ROWS))
+    return OnnxFlavour(file=served, inputs=inputs, outputs={scorer.task.output: scorer.run(inputs)})
 
 
 def _json_file(path: Path) -> Any:

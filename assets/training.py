@@ -17,8 +17,8 @@ from assets.pods import TRAINING as TRAINING_POD
 from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
 from ml.files import atomic_write
-from resources.launchers import TrainingLauncher
-from resources.registry import EpochMetrics, MlflowRegistry
+from resources.launchers import MessageHandler, TrainingLauncher
+from resources.registry import EpochMetrics, LiveRun, MlflowRegistry, TrainingData
 
 TRAINING = "training"
 
@@ -116,57 +116,68 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
                 "output_dir": str(output),
             }
         )
-        # The step mostly waits on training; meanwhile a thread imports and opens what comes
-        # after it (MLflow and its store, matplotlib), which would otherwise cost seconds then.
-        # A warm-up that fails is only reported: the calls after training repeat its work.
-        with ThreadPoolExecutor(1, thread_name_prefix="warm_up") as warming:
-            warmed = warming.submit(_warm_up, tracking)
-            reported = launcher.launch(context, settings).metadata or {}
-        if (error := warmed.exception()) is not None:
-            context.log.warning(f"warming up MLflow and matplotlib failed: {error}")
-        result, manifest = _json(reported, "result"), _json(reported, "manifest")
-        validation = result["validation"]
-        plot = plots.loss_curve(
-            result["train_loss"],
-            result["validation_loss"],
-            result["best_epoch"],
-            loss_name=task_named(case.label.task).loss_name,
-        )
-        plot_file = output / "loss_curve.png"
-        local = output.is_dir()  # False when the run's folder is on a cluster volume
-        if local:
-            with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
-                sink.write(plot)
-        tracked = tracking.log_training(
-            run_name=f"trained_model-{context.run.run_id[:8]}",
-            params=_flat(settings.to_dict()),
-            epochs=[
-                EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
-                for epoch, (train, valid) in enumerate(
-                    zip(result["train_loss"], result["validation_loss"], strict=True), start=1
-                )
-            ],
-            metrics={f"validation_{k}": v for k, v in validation.items() if v is not None},
-            tags={
-                "dagster_run_id": context.run.run_id,
-                "data_fingerprint": manifest["data_fingerprint"],
-                "feature_service": manifest["feature_service"],
-                "git_commit": manifest["git_commit"],
-                "weights_path": result["weights"],
-            },
-            documents={"manifest.json": manifest, "result.json": result},
-            description=(
-                f"{case.registered_model}: {case.label.column} ({case.label.task}) from"
-                f" {manifest['feature_service']}, trained by Dagster run"
-                f" {tracking.dagster_run(context.run.run_id)} on training set"
-                f" {manifest['data_fingerprint'][:12]}; best epoch {result['best_epoch']} of"
-                f" {result['epochs']}, validation loss {result['best_validation_loss']:.4f}."
-            ),
-            files=[output / name for name in ("model.safetensors", "preprocessor.json")]
-            + [plot_file]
-            if local
-            else [],
-        )
+        # One MLflow run for the training, opened as it starts: each epoch's losses appear there
+        # as rank 0 reports them. The step mostly waits on training; meanwhile a thread imports
+        # matplotlib, and the run's own thread MLflow, which would otherwise cost seconds after.
+        with (
+            tracking.live_run(
+                run_name=f"trained_model-{context.run.run_id[:8]}",
+                params=_flat(settings.to_dict()),
+                tags={"dagster_run_id": context.run.run_id, **declared},
+                description=(
+                    f"{case.registered_model}: {case.label.column} ({case.label.task}) from"
+                    f" {case.feature_service}, training in Dagster run"
+                    f" {tracking.dagster_run(context.run.run_id)}; each epoch's losses appear"
+                    " here as it ends."
+                ),
+                source=f"Dagster asset {context.asset_key.to_user_string()}",
+            ) as live,
+            ThreadPoolExecutor(1, thread_name_prefix="warm_up") as warming,
+        ):
+            warmed = warming.submit(plots.warm_up)
+            reported = launcher.launch(context, settings, _epochs_to(live)).metadata or {}
+            if (error := warmed.exception()) is not None:
+                context.log.warning(f"warming up matplotlib failed: {error}")
+            result, manifest = _json(reported, "result"), _json(reported, "manifest")
+            validation = result["validation"]
+            plot = plots.loss_curve(
+                result["train_loss"],
+                result["validation_loss"],
+                result["best_epoch"],
+                loss_name=task_named(case.label.task).loss_name,
+            )
+            plot_file = output / "loss_curve.png"
+            local = output.is_dir()  # False when the run's folder is on a cluster volume
+            if local:
+                with atomic_write(plot_file, permissions=launcher.file_mode) as sink:
+                    sink.write(plot)
+            tracked = live.finish(
+                epochs=[
+                    EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
+                    for epoch, (train, valid) in enumerate(
+                        zip(result["train_loss"], result["validation_loss"], strict=True), start=1
+                    )
+                ],
+                metrics={f"validation_{k}": v for k, v in validation.items() if v is not None},
+                tags={
+                    "data_fingerprint": manifest["data_fingerprint"],
+                    "git_commit": manifest["git_commit"],
+                    "weights_path": result["weights"],
+                },
+                documents={"manifest.json": manifest, "result.json": result},
+                description=(
+                    f"{case.registered_model}: {case.label.column} ({case.label.task}) from"
+                    f" {manifest['feature_service']}, trained by Dagster run"
+                    f" {tracking.dagster_run(context.run.run_id)} on training set"
+                    f" {manifest['data_fingerprint'][:12]}; best epoch {result['best_epoch']} of"
+                    f" {result['epochs']}, validation loss {result['best_validation_loss']:.4f}."
+                ),
+                files=[output / name for name in ("model.safetensors", "preprocessor.json")]
+                + [plot_file]
+                if local
+                else [],
+                data=_training_data(training_set, manifest, declared),
+            )
         run = TrainedRun(
             folder=str(output),
             data_fingerprint=manifest["data_fingerprint"],
@@ -207,11 +218,41 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
     return trained_model
 
 
-def _warm_up(tracking: MlflowRegistry) -> None:
-    from ml import plots
+def _epochs_to(live: LiveRun) -> MessageHandler:
+    """Rank 0's epoch messages (`ml.train`), logged to `live` as they arrive."""
 
-    tracking.warm_up()
-    plots.warm_up()
+    def log_epoch(message: Any) -> None:
+        if isinstance(message, Mapping) and isinstance(message.get("epoch"), int):
+            losses = {
+                name: message[name]
+                for name in ("train_loss", "validation_loss")
+                if isinstance(message.get(name), int | float)
+            }
+            at = message.get("time_ms")
+            live.log(
+                losses, step=message["epoch"], timestamp_ms=at if isinstance(at, int) else None
+            )
+
+    return log_epoch
+
+
+def _training_data(
+    training_set: Path, manifest: Mapping[str, Any], declared: Mapping[str, str]
+) -> TrainingData:
+    """The training set as MLflow shows a run's dataset: its feature service, fingerprint, file
+    and counts (read from the Parquet footer, when the file is here)."""
+    profile: dict[str, Any] = {"label": declared["label"], "task": declared["task"]}
+    if training_set.is_file():
+        import pyarrow.parquet as pq
+
+        footer = pq.read_metadata(training_set)
+        profile.update(rows=footer.num_rows, columns=footer.num_columns)
+    return TrainingData(
+        name=manifest["feature_service"],
+        fingerprint=manifest["data_fingerprint"],
+        uri=training_set.resolve().as_uri(),
+        profile=profile,
+    )
 
 
 def _json(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:

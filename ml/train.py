@@ -10,7 +10,7 @@ label is standardized with it), and trains on its own shard (DDP: gloo on CPU, N
 Rank 0 writes checkpoints every `checkpoint_every_steps` and at the end of each epoch, and the
 best weights (lowest validation loss) at the end; a restarted run resumes from the newest
 complete checkpoint and continues exactly where it stopped. Under Dagster Pipes, rank 0 reports
-each epoch and the result.
+each epoch as it ends (the launching step logs it to MLflow then) and the result.
 """
 
 import datetime as dt
@@ -58,9 +58,10 @@ RESULT = "result.json"
 PIPES_CONTEXT = "DAGSTER_PIPES_CONTEXT"
 """Set by a Dagster Pipes client in the environment of the process it launches."""
 HOLD_AFTER_CHECKPOINT = "ML_LIFECYCLE_HOLD_AFTER_CHECKPOINT"
-"""Fault injection, for tests that kill a training mid-way: a file path. Rank 0 creates it once
-its first checkpoint is committed and then waits, with the job, until it is killed; the test
-kills it once the file is there, so the kill lands mid-training however fast the machine is."""
+"""For tests that act on a training mid-way, however fast the machine: a file path. Once rank 0
+has committed its first checkpoint (and reported the epochs before it), it creates the file and
+the job waits until the file is removed, or the job killed; the other ranks wait in a collective,
+which gives up after `process_group_timeout_s`."""
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """A loss of (fp32 network outputs, labels as `Preprocessor.transform` makes them)."""
@@ -185,7 +186,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         if ranks.is_main:
             state = checkpoint_state(optimizer, scheduler, best_weights, history, ranks.device)
             checkpoint.save(root, next_position, model.state_dict(), state)
-            if held := os.environ.get(HOLD_AFTER_CHECKPOINT):
+            if (held := os.environ.get(HOLD_AFTER_CHECKPOINT)) and not _held.is_set():
                 _hold(Path(held))
         if ranks.world_size > 1:
             dist.barrier()
@@ -221,9 +222,9 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         else:
             stale += 1
         epoch += 1
-        save(checkpoint.Position(step, epoch, 0, ranks.world_size, best, stale))
         if ranks.is_main and report is not None:
             report(epoch, history["train_loss"][-1], validation_loss)
+        save(checkpoint.Position(step, epoch, 0, ranks.world_size, best, stale))
 
     model.load_state_dict(best_weights)
     validation = validation_metrics(
@@ -495,7 +496,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             if pipes is not None:
                 pipes.report_custom_message(
-                    {"epoch": epoch, "train_loss": train_loss, "validation_loss": validation_loss}
+                    {
+                        "epoch": epoch,
+                        "train_loss": train_loss,
+                        "validation_loss": validation_loss,
+                        "time_ms": int(time.time() * 1000),
+                    }
                 )
 
         result = train(config, ranks, report)
@@ -504,11 +510,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+_held = threading.Event()
+
+
 def _hold(marker: Path) -> None:
-    """`HOLD_AFTER_CHECKPOINT`: say that a checkpoint is committed, then wait to be killed."""
-    log.warning("holding after checkpoint (%s=%s) until killed", HOLD_AFTER_CHECKPOINT, marker)
+    """`HOLD_AFTER_CHECKPOINT`: say that a checkpoint is committed, then wait until told to go
+    on; once a process."""
+    log.warning("holding (%s=%s) until the file is removed", HOLD_AFTER_CHECKPOINT, marker)
     marker.touch()
-    threading.Event().wait()
+    while marker.exists():
+        time.sleep(0.05)
+    _held.set()
 
 
 @contextmanager

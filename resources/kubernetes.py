@@ -52,7 +52,7 @@ from pydantic import Field, field_validator
 
 from ml.config import TrainConfig, to_args
 from ml.node import EXIT_NOT_RETRYABLE
-from resources.launchers import TrainingLauncher
+from resources.launchers import MessageHandler, TrainingLauncher, forwarding
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"
@@ -218,13 +218,20 @@ class KubernetesLauncher(TrainingLauncher):
         return {"DeadlineExceeded": f"active_deadline_s={self.active_deadline_s}"}
 
     def launch(
-        self, context: dg.AssetExecutionContext, config: TrainConfig
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
-        return self.launch_on(self.connect(), context, config)
+        return self.launch_on(self.connect(), context, config, on_message)
 
     @abstractmethod
     def launch_on(
-        self, apis: KubernetesApis, context: dg.AssetExecutionContext, config: TrainConfig
+        self,
+        apis: KubernetesApis,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
         """`launch` with the given API clients and clock (the seam the tests use)."""
 
@@ -575,9 +582,14 @@ class K8sPod(KubernetesLauncher):
     dagster-k8s' PipesK8sClient; rank 0's Pipes messages come from the pod's log."""
 
     def launch_on(
-        self, apis: KubernetesApis, context: dg.AssetExecutionContext, config: TrainConfig
+        self,
+        apis: KubernetesApis,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
-        """`launch` with the given API clients (`apis.core` finds and deletes the pod)."""
+        """`launch` with the given API clients (`apis.core` finds and deletes the pod).
+        PipesK8sClient reads the pod's messages itself: `on_message` gets them at the end."""
         from dagster_k8s.client import DagsterK8sError
         from dagster_k8s.pipes import PipesK8sClient
 
@@ -609,6 +621,9 @@ class K8sPod(KubernetesLauncher):
         finally:
             for pod in _pods(apis, self.namespace, name):
                 _ignore_missing(apis.core.delete_namespaced_pod, pod.metadata.name, self.namespace)
+        if on_message is not None:
+            for message in invocation.get_custom_messages():
+                on_message(message)
         return invocation.get_materialize_result(implicit_materialization=False)
 
     def _failure(self, name: str, pods: Sequence[Any], error: Exception) -> dg.Failure:
@@ -657,7 +672,11 @@ class K8sMultiNode(KubernetesLauncher):
         }
 
     def launch_on(
-        self, apis: KubernetesApis, context: dg.AssetExecutionContext, config: TrainConfig
+        self,
+        apis: KubernetesApis,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
         """`launch` with the given API clients and clock."""
         from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
@@ -666,9 +685,14 @@ class K8sMultiNode(KubernetesLauncher):
         name = launch_name(run_id, context.retry_number)
         workload = (_IndexedJob if self.flavor == "indexed-job" else _PyTorchJob)(self, apis, name)
         reader = PipesK8sPodLogsMessageReader()
-        with dg.open_pipes_session(
-            context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader
-        ) as session:
+        with (
+            dg.open_pipes_session(
+                context=context,
+                context_injector=dg.PipesEnvContextInjector(),
+                message_reader=reader,
+            ) as session,
+            forwarding(session, on_message),
+        ):
             logs = _LogFollowers(context, reader, apis.core, self.namespace)
             try:
                 workload.create(run_id, config, session.get_bootstrap_env_vars())

@@ -8,9 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -22,6 +25,11 @@ from resources.lake import FileMode
 
 NODE_LOGGER = " ml.node "
 """How ml.node's log lines are told apart in the node's stderr."""
+MessageHandler = Callable[[Any], None]
+"""Takes each custom message rank 0 reports through Pipes (an epoch's losses) as it arrives;
+it must not raise."""
+FORWARD_EVERY_S = 0.5
+"""How often messages that arrived are handed on while the training runs."""
 
 
 class TrainingLauncher(dg.ConfigurableResource, ABC):
@@ -38,8 +46,13 @@ class TrainingLauncher(dg.ConfigurableResource, ABC):
 
     @abstractmethod
     def launch(
-        self, context: dg.AssetExecutionContext, config: TrainConfig
-    ) -> dg.MaterializeResult: ...
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
+    ) -> dg.MaterializeResult:
+        """Train, handing rank 0's custom messages to `on_message` as they come (launchers that
+        read them only at the end say so); what rank 0 reported at the end."""
 
 
 class LocalTorchrun(TrainingLauncher):
@@ -106,7 +119,10 @@ class LocalTorchrun(TrainingLauncher):
         return chosen.processes, chosen.threads_per_process, chosen.config(config), reason
 
     def launch(
-        self, context: dg.AssetExecutionContext, config: TrainConfig
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
         resumed = self.resume_earlier_attempt(config)
         if resumed is not None:
@@ -121,11 +137,14 @@ class LocalTorchrun(TrainingLauncher):
         }
         layout = f"{processes} process(es) x {threads} thread(s), {why}"
         context.log.info(f"training with {layout}; up to {self.max_restarts} restart(s)")
-        with dg.open_pipes_session(
-            context=context,
-            context_injector=dg.PipesEnvContextInjector(),
-            message_reader=dg.PipesTempFileMessageReader(),
-        ) as session:
+        with (
+            dg.open_pipes_session(
+                context=context,
+                context_injector=dg.PipesEnvContextInjector(),
+                message_reader=dg.PipesTempFileMessageReader(),
+            ) as session,
+            forwarding(session, on_message),
+        ):
             code, last_error = _run(
                 command, {**env, **session.get_bootstrap_env_vars()}, umask_for(self.file_mode)
             )
@@ -142,6 +161,38 @@ class LocalTorchrun(TrainingLauncher):
         return dg.PipesClientCompletedInvocation(
             session, metadata={"layout": layout}
         ).get_materialize_result()
+
+
+@contextlib.contextmanager
+def forwarding(session: dg.PipesSession, on_message: MessageHandler | None) -> Iterator[None]:
+    """While the block runs, hand each custom message `session` has received to `on_message`,
+    in order, from a thread; the last ones when the block ends."""
+    if on_message is None:
+        yield
+        return
+    handed = 0
+
+    def hand_on() -> None:
+        nonlocal handed
+        messages = session.get_custom_messages()
+        for message in messages[handed:]:
+            on_message(message)
+        handed = len(messages)
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(FORWARD_EVERY_S):
+            hand_on()
+
+    watcher = threading.Thread(target=watch, name="pipes_messages", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        hand_on()
 
 
 def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]:

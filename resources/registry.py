@@ -14,12 +14,14 @@ back, and every version stays registered.
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,13 @@ MODEL_FOLDER = "model"
 SHA256_TAG = "sha256."
 """Prefix of the tags holding each file's sha256: `sha256.model.onnx`."""
 MAIN_FILE_TAG = "main_file"
+LOGGED_MODEL_TAG = "mlflow_model"
+"""The version's file as an MLflow model (`models:/<id>`, `OnnxFlavour`). MLflow's SQL store links
+a version to a logged model only when the version's source is that model, which would move the
+hashed files out of the run; the tag, and the logged model's own tags, link them instead."""
+FOLDER_TAG = "artifact_folder"
+"""The version's folder among its run's artifacts (`model`, or `model/v<N>` in a training's run,
+which can register several versions); versions older than the tag are under `model`."""
 GATE_TAG = "gate_decision"
 REGISTRATION_ERROR_TAG = "registration_error"
 LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
@@ -47,10 +56,17 @@ LOCAL_DAGSTER_UI = "http://127.0.0.1:3000"
 """Where `make mlflow` and `make dev` serve the two UIs: the links' default."""
 NOTE_TAG = "mlflow.note.content"
 """The run tag MLflow's UI shows as the run's description."""
+SOURCE_TAGS = ("mlflow.source.name", "mlflow.source.type")
+"""The run tags MLflow's UI shows as the run's Source: what logged it, and its kind."""
 ML_VIEW = "workflowType=machine_learning"
 """The query parameter by which MLflow 3's UI shows its machine-learning navigation (runs,
 models) rather than its default GenAI one (traces, prompts): on every link we print."""
+DATASET_CONTEXT = "mlflow.data.context"
+"""The dataset input tag MLflow's UI shows as what the dataset was used for."""
+DIGEST_LENGTH = 36
+"""The longest dataset digest MLflow's stores keep."""
 _VERSION = re.compile(r"[1-9][0-9]*")
+log = logging.getLogger(__name__)
 
 
 class RegistryError(RuntimeError):
@@ -69,7 +85,9 @@ class ModelVersion:
     version: str
     run_id: str
     source: str
-    """Where its files are: the run's `model/` artifact folder."""
+    """Where its files are: the run's artifact folder `folder`."""
+    folder: str
+    """That folder, relative to the run's artifacts."""
     sha256: str | None
     """sha256 of the main file (the first of `files` at registration), from the version's tags."""
     files: dict[str, str]
@@ -110,6 +128,20 @@ class EpochMetrics:
     values: Mapping[str, float]
 
 
+@dataclass(frozen=True)
+class OnnxFlavour:
+    """A registered ONNX file as an MLflow model too (flavour `onnx`, with `python_function`):
+    logged from the version's run (the run page's Models), with a signature and an input example
+    from real rows, and linked to the version by tags (`LOGGED_MODEL_TAG`), so that MLflow's UI
+    shows what the model takes and gives and `mlflow.pyfunc.load_model` serves it."""
+
+    file: Path
+    inputs: Mapping[str, Any]
+    """The graph's inputs for a few rows: numpy arrays by input name."""
+    outputs: Mapping[str, Any]
+    """The graph's outputs for them: numpy arrays by output name."""
+
+
 class MlflowRegistry(dg.ConfigurableResource):
     """One MLflow tracking server (or local store) and experiment."""
 
@@ -140,64 +172,20 @@ class MlflowRegistry(dg.ConfigurableResource):
         are listed apart from every other use case's."""
         return self.model_copy(update={"experiment": name})
 
-    def warm_up(self) -> None:
-        """Import MLflow and open this registry's store (MLflow keeps it for the process),
-        writing nothing: a step that logs here after a long wait calls this in a thread during
-        the wait, so that its logging does not begin with seconds of imports and connecting."""
-        self._client().get_experiment_by_name(self.experiment)
-
-    def log_training(
+    def live_run(
         self,
         run_name: str,
         params: Mapping[str, Any],
-        epochs: Sequence[EpochMetrics],
-        metrics: Mapping[str, float],
         tags: Mapping[str, str],
-        documents: Mapping[str, Any],
-        files: Sequence[Path],
         description: str = "",
-    ) -> TrackedRun:
-        """One finished training run: params, per-epoch and final metrics, JSON documents
-        (e.g. the run manifest) and files (e.g. weights, plots), as artifacts; `description`
-        (Markdown) is the note MLflow shows on the run's page."""
-        from mlflow.entities import Metric, Param, RunTag
-
-        client = self._client()
-        experiment_id = self._experiment_id(client)
-        run = client.create_run(
-            experiment_id,
-            run_name=run_name,
-            tags={**tags, **({NOTE_TAG: description} if description else {})},
-        )
-        run_id = run.info.run_id
-        try:
-            now = _millis()
-            client.log_batch(
-                run_id,
-                params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
-                metrics=[
-                    Metric(k, v, now, e.epoch)
-                    for e in epochs
-                    for k, v in e.values.items()
-                    if math.isfinite(v)
-                ]
-                + [Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)],
-                tags=[RunTag(k, v) for k, v in tags.items()],
-            )
-            for name, document in documents.items():
-                client.log_dict(run_id, document, name)
-            for path in files:
-                client.log_artifact(run_id, str(path))
-        except BaseException:
-            client.set_terminated(run_id, status="FAILED")
-            raise
-        client.set_terminated(run_id, status="FINISHED")
-        return TrackedRun(
-            run_id=run_id,
-            experiment_id=experiment_id,
-            artifact_uri=str(run.info.artifact_uri),
-            link=self._run_link(experiment_id, run_id),
-        )
+        source: str = "",
+    ) -> "LiveRun":
+        """A run opened now, for work that is only starting (a training): it is created, and
+        logged to as the work goes (`LiveRun.log`), from a thread of its own; `LiveRun.finish`
+        or `fail` ends it, so that its duration is the work's. `source` names what does the
+        work (a Dagster asset), shown as the run's Source."""
+        named = dict(zip(SOURCE_TAGS, (source, "JOB"), strict=True)) if source else {}
+        return LiveRun(self, run_name, params, {**named, **tags}, description)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> str:
         """Figures measured after a run ended (a model's test metrics, once it is evaluated),
@@ -228,13 +216,17 @@ class MlflowRegistry(dg.ConfigurableResource):
         files: Mapping[str, Path],
         documents: Mapping[str, Any],
         tags: Mapping[str, str],
-        run_name: str,
+        run_name: str = "",
         expected_version: str | None = None,
         description: str = "",
+        run_id: str | None = None,
+        flavour: OnnxFlavour | None = None,
     ) -> ModelVersion:
-        """A new version of `model_name`: one MLflow run holding `files` (artifact name → local
-        file) and `documents` (artifact name → JSON-able object) under `model/`, the sha256 of
-        each as `sha256.<name>` tags, and a version pointing at that folder, tagged with `tags`.
+        """A new version of `model_name`: `files` (artifact name → local file) and `documents`
+        (artifact name → JSON-able object) logged to run `run_id` (a training's) under
+        `model/v<N>`, or to a new run `run_name` under `model/`; the sha256 of each as
+        `sha256.<name>` tags; and a version pointing at that folder, tagged with `tags`. With
+        `flavour`, the ONNX file is logged as an MLflow model too, linked to the version.
 
         `expected_version` is the number the caller stamped into the files; a different
         assigned number is refused (the version is kept, tagged `registration_error`, so that
@@ -248,7 +240,8 @@ class MlflowRegistry(dg.ConfigurableResource):
             raise RegistryError(f"{model_name}: {overlap} given both as file and as document")
         if expected_version is not None and not _VERSION.fullmatch(expected_version):
             raise RegistryError(f"{model_name}: expected version {expected_version!r} is no number")
-        if reserved := sorted(k for k in tags if k.startswith(SHA256_TAG) or k == MAIN_FILE_TAG):
+        own = (MAIN_FILE_TAG, FOLDER_TAG, LOGGED_MODEL_TAG)
+        if reserved := sorted(k for k in tags if k.startswith(SHA256_TAG) or k in own):
             raise RegistryError(f"{model_name}: tags {reserved} are the registry's own")
         client = self._client()
         if expected_version is not None:
@@ -259,24 +252,41 @@ class MlflowRegistry(dg.ConfigurableResource):
                     f" next version is {upcoming}; export again with that number"
                 )
 
-        run = client.create_run(self._experiment_id(client), run_name=run_name, tags=dict(tags))
+        own_run = run_id is None
+        if own_run:
+            run = client.create_run(self._experiment_id(client), run_name=run_name, tags=dict(tags))
+            folder = MODEL_FOLDER
+        else:
+            run = client.get_run(run_id)
+            folder = f"{MODEL_FOLDER}/v{expected_version or self.next_version(model_name)}"
         run_id = run.info.run_id
         try:
             with tempfile.TemporaryDirectory(prefix="register-") as staging:
                 hashes = _stage(Path(staging), files, documents)
                 own_tags = {f"{SHA256_TAG}{n}": h for n, h in hashes.items()}
                 own_tags[MAIN_FILE_TAG] = next(iter(files))
-                for key, value in own_tags.items():
-                    client.set_tag(run_id, key, value)
-                client.log_artifacts(run_id, staging, artifact_path=MODEL_FOLDER)
+                if own_run:  # a training's run may hold several versions: the versions say
+                    for key, value in own_tags.items():
+                        client.set_tag(run_id, key, value)
+                client.log_artifacts(run_id, staging, artifact_path=folder)
+            logged = self._log_flavour(client, run, model_name, flavour) if flavour else None
             _create_registered_model(client, model_name)
             created = client.create_model_version(
                 model_name,
-                source=f"{str(run.info.artifact_uri).rstrip('/')}/{MODEL_FOLDER}",
+                source=f"{str(run.info.artifact_uri).rstrip('/')}/{folder}",
                 run_id=run_id,
-                tags={**tags, **own_tags},
+                tags={
+                    **tags,
+                    **own_tags,
+                    FOLDER_TAG: folder,
+                    **({LOGGED_MODEL_TAG: f"models:/{logged}"} if logged else {}),
+                },
                 description=description or None,
             )
+            if logged:
+                client.set_logged_model_tags(
+                    logged, {"registered_model": model_name, "version": str(created.version)}
+                )
             if expected_version is not None and str(created.version) != expected_version:
                 message = (
                     f"{model_name}: MLflow assigned version {created.version}, but the files"
@@ -287,10 +297,42 @@ class MlflowRegistry(dg.ConfigurableResource):
                 )
                 raise RegistryError(message)
         except BaseException:
-            client.set_terminated(run_id, status="FAILED")
+            if own_run:
+                client.set_terminated(run_id, status="FAILED")
             raise
-        client.set_terminated(run_id, status="FINISHED")
+        if own_run:
+            client.set_terminated(run_id, status="FINISHED")
         return self.version(model_name, str(created.version))
+
+    @staticmethod
+    def _log_flavour(client, run, model_name: str, flavour: OnnxFlavour) -> str:
+        """Log `flavour` as an MLflow model of `run` (its Models column); the model's id."""
+        from importlib.metadata import version
+
+        import mlflow.onnx
+        import onnx
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+        from mlflow.models import Model, infer_signature
+
+        logged = client.create_logged_model(
+            run.info.experiment_id, name=model_name, source_run_id=run.info.run_id
+        )
+        with tempfile.TemporaryDirectory(prefix="mlflow-model-") as staging:
+            folder = Path(staging) / MODEL_FOLDER
+            mlflow.onnx.save_model(
+                onnx.load(flavour.file),
+                str(folder),
+                mlflow_model=Model(run_id=run.info.run_id, model_id=logged.model_id),
+                signature=infer_signature(dict(flavour.inputs), dict(flavour.outputs)),
+                input_example=dict(flavour.inputs),
+                pip_requirements=[f"{p}=={version(p)}" for p in ("onnx", "onnxruntime")],
+                onnx_execution_providers=["CPUExecutionProvider"],
+                save_as_external_data=False,
+            )
+            client.log_model_artifacts(logged.model_id, str(folder))
+        client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+        client.log_outputs(run.info.run_id, [LoggedModelOutput(logged.model_id, step=0)])
+        return logged.model_id
 
     def promote(self, model_name: str, version: str, *, reason: str) -> Promotion:
         """Move the champion alias to `version` (a promotion, or a rollback to an older one);
@@ -385,7 +427,7 @@ class MlflowRegistry(dg.ConfigurableResource):
         with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as tmp:
             downloaded = Path(
                 self._client().download_artifacts(
-                    model_version.run_id, f"{MODEL_FOLDER}/{artifact}", dst_path=tmp
+                    model_version.run_id, f"{model_version.folder}/{artifact}", dst_path=tmp
                 )
             )
             actual = _sha256(downloaded)
@@ -410,6 +452,7 @@ class MlflowRegistry(dg.ConfigurableResource):
             version=str(found.version),
             run_id=found.run_id,
             source=found.source,
+            folder=tags.get(FOLDER_TAG, MODEL_FOLDER),
             sha256=files.get(main_file) if main_file else None,
             files=files,
             gate_decision=tags.get(GATE_TAG),
@@ -450,6 +493,173 @@ class MlflowRegistry(dg.ConfigurableResource):
         if found is not None:
             return found.experiment_id
         return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What a training read, as the run's dataset input (MLflow's Datasets column)."""
+
+    name: str
+    """The feature service its columns come from."""
+    fingerprint: str
+    """`ml.dataset.fingerprint` of its rows."""
+    uri: str
+    """Where the file is."""
+    profile: Mapping[str, Any]
+    """Counts shown with it: rows, columns, label, task."""
+
+
+class LiveRun:
+    """An MLflow run open while its work goes on (`MlflowRegistry.live_run`).
+
+    It is created at once, with the time it was opened as its start, and every `log` is queued
+    to a thread of its own: neither MLflow's import (seconds) nor a slow store holds the work up,
+    and a failed `log` is only reported. `finish` logs what the work produced and ends the run;
+    a failure to create the run surfaces there. Used as a context manager, a block that raises
+    ends the run as FAILED."""
+
+    def __init__(
+        self,
+        registry: MlflowRegistry,
+        run_name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        description: str,
+    ) -> None:
+        self._registry = registry
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mlflow_run")
+        self._logs: list[Future[None]] = []
+        self._logged: set[tuple[str, int]] = set()
+        self._ended = False
+        started = _millis()
+        self._created = self._pool.submit(
+            self._create, run_name, dict(params), dict(tags), description, started
+        )
+
+    def _create(
+        self,
+        run_name: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        description: str,
+        started: int,
+    ) -> tuple[Any, TrackedRun]:
+        from mlflow.entities import Param
+
+        registry = self._registry
+        client = registry._client()
+        experiment_id = registry._experiment_id(client)
+        run = client.create_run(
+            experiment_id,
+            start_time=started,
+            run_name=run_name,
+            tags={**tags, **({NOTE_TAG: description} if description else {})},
+        )
+        run_id = run.info.run_id
+        client.log_batch(
+            run_id, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        )
+        return client, TrackedRun(
+            run_id=run_id,
+            experiment_id=experiment_id,
+            artifact_uri=str(run.info.artifact_uri),
+            link=registry._run_link(experiment_id, run_id),
+        )
+
+    def log(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        """Queue `metrics` at `step` (an epoch); never raises."""
+        values = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+        at = timestamp_ms or _millis()
+        self._logs.append(self._pool.submit(self._log, values, step, at))
+
+    def _log(self, values: dict[str, float], step: int, at: int) -> None:
+        from mlflow.entities import Metric
+
+        client, run = self._created.result()
+        client.log_batch(run.run_id, metrics=[Metric(k, v, at, step) for k, v in values.items()])
+        self._logged.update((name, step) for name in values)
+
+    @property
+    def run(self) -> TrackedRun:
+        """The run, once created (waits for it; raises what creating it raised)."""
+        return self._created.result()[1]
+
+    def finish(
+        self,
+        epochs: Sequence[EpochMetrics],
+        metrics: Mapping[str, float],
+        tags: Mapping[str, str],
+        documents: Mapping[str, Any],
+        files: Sequence[Path],
+        description: str = "",
+        data: TrainingData | None = None,
+    ) -> TrackedRun:
+        """Log what the work produced and end the run as FINISHED: every epoch's figures the
+        live logging missed (a restart's resumed epochs, a message that did not arrive), the
+        final `metrics` (step 0), `tags`, JSON `documents` and `files` as artifacts, the
+        `data` it read as a dataset input, and `description` as the run's note."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, RunTag
+
+        for pending in self._logs:
+            if (error := pending.exception()) is not None:
+                log.warning("logging to the MLflow run as it went failed: %s", error)
+        self._pool.shutdown()
+        client, run = self._created.result()
+        try:
+            now = _millis()
+            client.log_batch(
+                run.run_id,
+                metrics=[
+                    Metric(k, v, now, e.epoch)
+                    for e in epochs
+                    for k, v in e.values.items()
+                    if math.isfinite(v) and (k, e.epoch) not in self._logged
+                ]
+                + [Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)],
+                tags=[
+                    RunTag(k, v)
+                    for k, v in {**tags, **({NOTE_TAG: description} if description else {})}.items()
+                ],
+            )
+            if data is not None:
+                dataset = Dataset(
+                    name=data.name,
+                    digest=data.fingerprint[:DIGEST_LENGTH],
+                    source_type="local",
+                    source=json.dumps({"uri": data.uri}),
+                    profile=json.dumps(dict(data.profile), default=str),
+                )
+                client.log_inputs(
+                    run.run_id,
+                    datasets=[DatasetInput(dataset, [InputTag(DATASET_CONTEXT, "training")])],
+                )
+            for name, document in documents.items():
+                client.log_dict(run.run_id, document, name)
+            for path in files:
+                client.log_artifact(run.run_id, str(path))
+        except BaseException:
+            self._end(client, run, "FAILED")
+            raise
+        self._end(client, run, "FINISHED")
+        return run
+
+    def fail(self) -> None:
+        """End the run as FAILED (its work failed); a run never created is left alone."""
+        self._pool.shutdown()
+        if self._created.exception() is None:
+            self._end(*self._created.result(), "FAILED")
+
+    def _end(self, client: Any, run: TrackedRun, status: str) -> None:
+        if not self._ended:
+            client.set_terminated(run.run_id, status=status)
+            self._ended = True
+
+    def __enter__(self) -> "LiveRun":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self.fail()
 
 
 def local_registry(home: Path) -> MlflowRegistry:

@@ -95,6 +95,10 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     for name in ("test_roc_auc", "test_f1", "test_threshold"):
         assert round(training.data.metrics[name], 4) == evaluation[name], name
     assert evaluation["mlflow_run"] == trained["mlflow_run"]  # the run both assets wrote to
+    # And the version was registered from it, its ONNX file an MLflow model of that run.
+    assert (version.run_id, version.folder) == (trained["mlflow_run_id"], "model/v1")
+    (logged,) = training.outputs.model_outputs
+    assert version.tags["mlflow_model"] == f"models:/{logged.model_id}"
     served = world.registry.fetch(version, "model.onnx", world.home / "verify")
     properties = read_properties(served)
     assert properties["model_version"] == "1"

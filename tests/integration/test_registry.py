@@ -7,6 +7,7 @@ refusal of names that would escape their folder. One SQLite store is shared by t
 
 import hashlib
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -16,10 +17,13 @@ import pytest
 
 from resources.registry import (
     CHAMPION,
+    EpochMetrics,
     MlflowRegistry,
     ModelIntegrityError,
     ModelVersion,
+    OnnxFlavour,
     RegistryError,
+    TrainingData,
     local_registry,
 )
 
@@ -65,11 +69,100 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_warming_up_opens_the_store_and_writes_nothing(registry: MlflowRegistry):
+def test_a_live_run_shows_each_epoch_as_it_is_logged_and_ends_with_the_work(
+    registry: MlflowRegistry,
+):
     from mlflow import MlflowClient
 
-    registry.for_use_case("warmed_up_only").warm_up()
-    assert MlflowClient(registry.tracking_uri).get_experiment_by_name("warmed_up_only") is None
+    client = MlflowClient(registry.tracking_uri)
+    tracking = registry.for_use_case("live")
+    with tracking.live_run("training", {"optim.lr": 0.01}, {"dagster_run_id": "abc"}) as live:
+        live.log({"validation_loss": 0.5, "train_loss": float("nan")}, step=1)
+        # Logged from the run's thread while the work goes on: seen before the run ends.
+        while not client.get_metric_history(live.run.run_id, "validation_loss"):
+            time.sleep(0.01)
+        assert client.get_run(live.run.run_id).info.status == "RUNNING"
+        tracked = live.finish(
+            epochs=[EpochMetrics(e, {"validation_loss": 0.5 / e}) for e in (1, 2, 3)],
+            metrics={"validation_roc_auc": 0.7},
+            tags={"data_fingerprint": "f" * 64},
+            documents={"result.json": {"epochs": 3}},
+            files=[],
+            description="trained",
+            data=TrainingData("service_v1", "f" * 64, "file:///lake/set.parquet", {"rows": 9}),
+        )
+    run = client.get_run(tracked.run_id)
+    assert run.info.status == "FINISHED" and run.info.end_time >= run.info.start_time
+    # The epochs the live logging missed are added, the one it logged is not repeated.
+    history = client.get_metric_history(tracked.run_id, "validation_loss")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.25), (3, 0.5 / 3)]
+    assert "train_loss" not in run.data.metrics  # NaN is never logged
+    assert run.data.params == {"optim.lr": "0.01"}
+    assert run.data.tags["mlflow.note.content"] == "trained"
+    (dataset,) = run.inputs.dataset_inputs
+    assert (dataset.dataset.name, dataset.dataset.digest) == ("service_v1", "f" * 36)
+    assert {t.key: t.value for t in dataset.tags} == {"mlflow.data.context": "training"}
+
+    with pytest.raises(RuntimeError), tracking.live_run("broken", {}, {}) as failed:
+        raise RuntimeError("training failed")
+    assert client.get_run(failed.run.run_id).info.status == "FAILED"
+
+
+def test_versions_registered_from_a_training_run_keep_their_files_apart(
+    registry: MlflowRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import mlflow
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["numeric", "axes"], ["score"], keepdims=0)],
+        "sum",
+        [helper.make_tensor_value_info("numeric", TensorProto.DOUBLE, ["rows", 2])],
+        [helper.make_tensor_value_info("score", TensorProto.DOUBLE, ["rows"])],
+        [numpy_helper.from_array(np.array([1]), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    first, second = tmp_path / "first.onnx", tmp_path / "second.onnx"
+    onnx.save(model, first)
+    second.write_bytes(b"v2")
+    with registry.live_run("training", {}, {}) as live:
+        training = live.finish(epochs=[], metrics={}, tags={}, documents={}, files=[])
+    example = np.array([[1.0, 2.0], [3.0, 4.0]])
+    flavour = OnnxFlavour(first, {"numeric": example}, {"score": np.array([3.0, 7.0])})
+    one = registry.register(
+        "from_training",
+        {"model.onnx": first},
+        {},
+        {"gate_decision": "promote"},
+        run_id=training.run_id,
+        expected_version="1",
+        flavour=flavour,
+    )
+    two = registry.register("from_training", {"model.onnx": second}, {}, {}, run_id=training.run_id)
+
+    assert one.run_id == two.run_id == training.run_id
+    assert (one.folder, two.folder) == ("model/v1", "model/v2")
+    assert registry.fetch(two, "model.onnx", tmp_path / "cache").read_bytes() == b"v2"
+    assert registry.fetch(one, "model.onnx", tmp_path / "cache").read_bytes() == first.read_bytes()
+    client = registry._client()
+    run = client.get_run(training.run_id)
+    assert run.info.status == "FINISHED"  # registering does not reopen or end it
+    assert not [key for key in run.data.tags if key.startswith("sha256.")]
+    # The ONNX file is an MLflow model of that run too, linked to its version, which MLflow
+    # loads and serves as it was registered.
+    model_id = one.tags["mlflow_model"].removeprefix("models:/")
+    assert [o.model_id for o in run.outputs.model_outputs] == [model_id]
+    logged = client.get_logged_model(model_id)
+    assert logged.source_run_id == training.run_id
+    assert logged.tags == {"registered_model": "from_training", "version": "1"}
+    # Not mlflow.set_tracking_uri: it sets the variable for the rest of the process too.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri)
+    served = mlflow.pyfunc.load_model(f"models:/{model_id}")
+    assert served.metadata.get_input_schema().input_names() == ["numeric"]
+    assert served.predict({"numeric": example})["score"].tolist() == [3.0, 7.0]
 
 
 def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, tmp_path: Path):

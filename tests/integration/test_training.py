@@ -18,7 +18,7 @@ import torch
 
 from ml import checkpoint
 from ml.dataset import fingerprint
-from resources.registry import ML_VIEW
+from resources.registry import ML_VIEW, MlflowRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -176,10 +176,16 @@ def test_resuming_with_another_world_size_is_refused(tmp_path):
 
 
 def materialize_trained_model(
-    data: Path, home: Path, train: dict, label: str | None = None, **launcher
+    data: Path,
+    home: Path,
+    train: dict,
+    label: str | None = None,
+    registry: "MlflowRegistry | None" = None,
+    **launcher,
 ):
-    """`trained_model` of the flights use case on `data`; `label` declares another label
-    column (a wrong one, for the refusal tests)."""
+    """`trained_model` of the flights use case on `data`, tracked in `registry` (by default
+    one under `home`); `label` declares another label column (a wrong one, for the refusal
+    tests)."""
     import dataclasses
     import shutil
 
@@ -204,7 +210,7 @@ def materialize_trained_model(
             "lake_paths": LakePaths(root=str(lake)),
             "documents": JsonDocuments(root=str(lake)),
             "launcher": LocalTorchrun(output_root=str(home / "models"), **launcher),
-            "mlflow": local_registry(home),
+            "mlflow": registry or local_registry(home),
         },
         run_config={"ops": {case.key("trained_model").to_python_identifier(): {"config": train}}},
         raise_on_error=False,
@@ -239,7 +245,17 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
     assert run.data.params["optim.max_epochs"] == "2"
     # The same figure on both sides; Dagster's table shows it to 4 decimals.
     assert round(run.data.metrics["validation_roc_auc"], 4) == metadata["validation_roc_auc"].value
-    assert len(client.get_metric_history(run.info.run_id, "validation_loss")) == 2
+    # Each epoch once, at the time rank 0 reported it, while the run was open.
+    epochs = client.get_metric_history(run.info.run_id, "validation_loss")
+    assert sorted(m.step for m in epochs) == [1, 2]
+    assert all(run.info.start_time <= m.timestamp <= run.info.end_time for m in epochs)
+    # The only run of the experiment: training, test figures and registration share it.
+    assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [
+        run.info.run_id
+    ]
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.digest == metadata["data_fingerprint"].value[:36]
+    assert dataset.dataset.name == "flight_delay_v1"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"manifest.json", "model.safetensors", "loss_curve.png"} <= artifacts
     assert metadata["mlflow_run"].value.endswith(f"/runs/{run.info.run_id}?{ML_VIEW}")

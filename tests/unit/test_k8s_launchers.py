@@ -470,6 +470,8 @@ class FakeClock:
 class Launched:
     result: dg.ExecuteInProcessResult
     messages: list[str]
+    custom: list[Any]
+    """The custom messages (rank 0's epochs) the launcher handed on."""
 
     @property
     def retried(self) -> bool:
@@ -491,14 +493,16 @@ class Launched:
 def launch(launcher: Any, apis: KubernetesApis, retries: int = 0) -> Launched:
     """Materialize one asset whose body is `launcher.launch_on(apis, ...)`, in a real run."""
 
+    custom: list[Any] = []
+
     @dg.asset(name="trained", retry_policy=dg.RetryPolicy(max_retries=retries))
     def trained(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        return launcher.launch_on(apis, context, CONFIG)
+        return launcher.launch_on(apis, context, CONFIG, custom.append)
 
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize([trained], instance=instance, raise_on_error=False)
     messages = [e.user_message for e in instance.all_logs(result.run_id)]
-    return Launched(result, messages)
+    return Launched(result, messages, custom)
 
 
 def cluster_launch(
@@ -525,6 +529,7 @@ def test_a_job_that_completes_returns_what_rank_0_reported_from_whichever_pod():
     )
     assert launched.result.success
     assert launched.metadata["epochs"] == 4
+    assert launched.custom == [{"epoch": 1}]  # handed on once, as the step logs it to MLflow
     assert launched.metadata["kubernetes_job"] == launch_name(launched.result.run_id, 0)
     assert sorted(cluster.log_reads) == ["a-0", "a-1"]
     assert [c for c, _ in cluster.calls][:3] == ["create Service", "create Job", "patch Service"]
