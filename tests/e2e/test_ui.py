@@ -1,15 +1,18 @@
 """`make dev`'s server on the shared trained world, used as a person and as a client would: the
 API answers on 127.0.0.1 with the asset graph, partitions, checks, schedules and sensors; a real
-browser materializes a partition and launches a backfill from the UI and reads the model's
-metrics. (A month's backfill launched through the API and run by the daemon, on the production
-profile under its run queue, is tests/e2e/test_backfill_load.py.)
+browser materializes a partition and launches a backfill from the UI, reads the model's metrics
+and plots, follows a training from Dagster to MLflow (`make mlflow`'s server) and back, and
+watches a training's epochs arrive in MLflow while it runs. (A month's backfill launched through
+the API and run by the daemon, on the production profile under its run queue, is
+tests/e2e/test_backfill_load.py.)
 
 Runs and backfills go through the server's queue and daemon, not `execute_in_process`, so this is
 the path a person's click takes. The browser is Debian's chromium (`.ci/run` installs it).
 Screenshots of each browser step land in `<repo>/.local/ui-screenshots/`.
 
 Changes to the world: drops and raw partitions (with their contract checks) of days no other test
-uses, `raw_flights` of 2013-04-01..03.
+uses, `raw_flights` of 2013-04-01..03; one more run in the flights MLflow experiment (a small
+training of its own, registered nowhere).
 """
 
 import json
@@ -23,6 +26,7 @@ import time
 import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,14 +36,21 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.run import UI, stage_link
+from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 from tests.conftest import CASE, LIFECYCLE_GROUPS
+from tests.integration.test_training import (
+    materialize_trained_model,
+    training_set,  # noqa: F401 - the fixture
+)
 from tests.world import World, make_drops
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = REPO / ".local" / "ui-screenshots"
+MAKEFILE_DEV_WARNINGS = re.compile(r"^DEV_WARNINGS := (.+)$", re.MULTILINE)
 
 # Days nobody else in the session uses: the browser's run and backfill.
 UI_RUN_DAY = "2013-04-01"
@@ -134,7 +145,7 @@ def server(world: World) -> Iterator[Server]:
                 str(port),
             ],
             cwd=REPO,
-            env=world.environment(),
+            env={**world.environment(), "PYTHONWARNINGS": dev_warnings()},
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -150,7 +161,54 @@ def server(world: World) -> Iterator[Server]:
     try:
         served.wait_for("the code location loaded", loaded, timeout_s=180)
         sys.stderr.write(f"dagster dev answered after {time.monotonic() - started:.0f} s\n")
+        # Nothing at start-up that a person would read as something wrong with their setup.
+        assert "Warning:" not in log.read_text(), log.read_text()[-3000:]
         yield served
+    finally:
+        stop(process)
+
+
+def dev_warnings() -> str:
+    """The warning filter `make dev` starts `dagster dev` under (Makefile, DEV_WARNINGS)."""
+    found = MAKEFILE_DEV_WARNINGS.search((REPO / "Makefile").read_text())
+    assert found, "the Makefile's DEV_WARNINGS"
+    return found[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(world: World) -> Iterator[str]:
+    """`mlflow ui` on the world's store, as `make mlflow` starts it; its address."""
+    port = free_port()
+    log = world.home / f"mlflow-ui-{port}.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [
+                Path(sys.executable).parent / "mlflow",
+                "ui",
+                "--backend-store-uri",
+                world.registry.tracking_uri,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    try:
+        Server(url, log).wait_for("the MLflow UI", healthy, timeout_s=120)
+        yield url
     finally:
         stop(process)
 
@@ -367,15 +425,100 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     screenshot(page, "7-model-evaluation-roc")
     page.keyboard.press("Escape")
 
+    # The same figures across materializations, drawn by Dagster from the numeric metadata.
+    page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation")
+    page.get_by_role("button", name="Plots").click()
+    page.get_by_text("test_roc_auc", exact=True).first.wait_for()
+    assert page.locator("canvas").count() >= len(("test_roc_auc", "test_f1", "test_threshold"))
+    screenshot(page, "8-model-evaluation-plots")
+
     # The gate's checks and their results, on the asset's Checks tab.
     page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=checks")
     for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"):
         page.get_by_text(rule, exact=True).first.wait_for()
     page.get_by_text("Passed", exact=False).first.wait_for()
-    screenshot(page, "8-model-evaluation-checks")
+    screenshot(page, "9-model-evaluation-checks")
 
     # The schedules and the drift sensor, where a person switches them on.
     page.goto(f"{server.url}/automation")
     for name in ("nightly_daily_partition", "nightly_retrain", "drift_retrain"):
         page.get_by_text(CASE.name_for(name), exact=True).first.wait_for()
-    screenshot(page, "9-automation")
+    screenshot(page, "10-automation")
+
+
+@pytest.mark.timeout(900)
+def test_a_person_follows_a_training_from_dagster_to_mlflow_and_back_and_watches_one_live(
+    server: Server,
+    world: World,
+    page,
+    mlflow_ui: str,
+    training_set: Path,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from mlflow import MlflowClient
+
+    # Dagster → MLflow: the trained model's `mlflow_run` link opens its run on the training view.
+    page.goto(f"{server.url}/assets/{CASE.name}/trained_model?view=events")
+    link = page.locator(f'a[href^="{LOCAL_MLFLOW_UI}/#/experiments/"]').first
+    link.wait_for()
+    href = link.get_attribute("href") or ""
+    assert href.endswith(f"?{ML_VIEW}"), href
+    mlflow_run = href.split("/runs/")[1].split("?")[0]
+    page.goto(href.replace(LOCAL_MLFLOW_UI, mlflow_ui))
+    page.get_by_text(mlflow_run).first.wait_for()
+    for shown in ("validation_loss", "test_roc_auc", "Finished"):
+        page.get_by_text(shown, exact=True).first.wait_for()
+    page.get_by_text(re.compile(r"^flight_delay_v1 \([0-9a-f]+\)$")).first.wait_for()  # dataset
+    screenshot(page, "11-mlflow-training-run")
+
+    # And back: the run's description links the Dagster run that trained it.
+    back = page.locator(f'a[href^="{LOCAL_DAGSTER_UI}/runs/"]').first
+    back.wait_for()
+    dagster_run = (back.get_attribute("href") or "").rsplit("/", 1)[1]
+    trained = world.instance.get_latest_materialization_event(CASE.key("trained_model"))
+    assert trained is not None and dagster_run == trained.run_id
+    page.goto(f"{server.url}/runs/{dagster_run}")
+    page.get_by_text("trained_model", exact=False).first.wait_for()
+    page.get_by_text("Success", exact=False).first.wait_for()
+    screenshot(page, "12-back-in-dagster")
+
+    # A training in progress: held after its first epoch's checkpoint (ml.train), its MLflow run
+    # is open and already shows that epoch; let go, it ends as the same run.
+    held = tmp_path / "held"
+    monkeypatch.setenv(HOLD_AFTER_CHECKPOINT, str(held))
+    client = MlflowClient(world.registry.tracking_uri)
+    experiment = client.get_experiment_by_name(CASE.name)
+    assert experiment is not None
+    before = {r.info.run_id for r in client.search_runs([experiment.experiment_id])}
+    train = {"optim": {"max_epochs": 3}, "checkpoint_every_steps": 1_000_000}
+    with ThreadPoolExecutor(1) as training:
+        trained_now = training.submit(
+            materialize_trained_model,
+            training_set,
+            tmp_path,
+            train,
+            registry=world.registry,
+            processes=1,
+        )
+
+        def first_epoch_logged() -> str | None:
+            assert not trained_now.done(), trained_now.result()  # it ended unheld
+            if not held.exists():
+                return None
+            runs = client.search_runs([experiment.experiment_id])
+            (live,) = [r for r in runs if r.info.run_id not in before]
+            logged = client.get_metric_history(live.info.run_id, "validation_loss")
+            return live.info.run_id if logged else None
+
+        live_run = server.wait_for("the first epoch in MLflow", first_epoch_logged, 240)
+        assert client.get_run(live_run).info.status == "RUNNING"
+        page.goto(f"{mlflow_ui}/#/experiments/{experiment.experiment_id}/runs/{live_run}?{ML_VIEW}")
+        for shown in ("Running", "validation_loss", "train_loss"):
+            page.get_by_text(shown, exact=True).first.wait_for()
+        screenshot(page, "13-mlflow-training-live")
+        held.unlink()
+        assert trained_now.result().success
+    finished = client.get_run(live_run)
+    assert finished.info.status == "FINISHED"
+    assert len(client.get_metric_history(live_run, "validation_loss")) == 3
