@@ -242,6 +242,7 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         from ml.dataset import fingerprint
         from ml.gate import decide
         from ml.metrics import best_threshold, evaluate
+        from ml.realized import slice_intervals
         from ml.train import load_trained, predictions
 
         run = from_document(TrainedRun, trained_model)
@@ -341,6 +342,9 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
                     labels,
                     run,
                     model_name,
+                    slice_intervals(
+                        challenger, test, slices, labels, scores["challenger"], threshold
+                    ),
                 ),
                 "mlflow_run": dg.MetadataValue.url(tracked),
             },
@@ -396,7 +400,9 @@ def _metadata(
     labels: Any,
     run: TrainedRun,
     model_name: str,
+    intervals: Mapping[tuple[str, str], tuple[float, float]],
 ) -> dict[str, Any]:
+    """`intervals`: the challenger's per-slice intervals (`ml.realized.slice_intervals`)."""
     from ml import plots
 
     metrics = challenger.overall.as_dict()
@@ -420,7 +426,7 @@ def _metadata(
             ),
         )
         metadata["slices_plot"] = markdown_image(
-            "ROC AUC per slice", plots.slice_bars(challenger, champion)
+            "ROC AUC per slice", plots.slice_bars(challenger, champion, intervals=intervals)
         )
     else:
         metadata["predicted_vs_actual_plot"] = markdown_image(
@@ -428,7 +434,7 @@ def _metadata(
         )
         metadata["residuals_plot"] = markdown_image("residuals", plots.residuals(pairs))
         metadata["slices_plot"] = markdown_image(
-            "RMSE per slice", plots.slice_bars(challenger, champion)
+            "RMSE per slice", plots.slice_bars(challenger, champion, intervals=intervals)
         )
     if challenger.baseline is not None:
         compared = challenger.baseline.to_dict()

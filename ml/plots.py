@@ -133,12 +133,16 @@ def calibration_plot(curves: Mapping[str, list[CalibrationBin]]) -> bytes:
 
 
 def slice_bars(
-    challenger: Evaluation, champion: Evaluation | None, metric: str | None = None
+    challenger: Evaluation,
+    champion: Evaluation | None,
+    metric: str | None = None,
+    intervals: Mapping[tuple[str, str], tuple[float, float]] | None = None,
 ) -> bytes:
     """One panel per slice, a bar per value of `metric` (by default the task's
     `slice_metric`: ROC AUC, or RMSE) for the challenger and, beside it, the champion; under each
     value its test rows (`n=`), so a small slice reads as one; skipped values have no bar and
-    "(skipped)" under their name."""
+    "(skipped)" under their name. `intervals` ((slice, value) → (low, high), of the challenger's
+    `metric`: `ml.realized.slice_intervals`) are drawn as error bars on the challenger's bars."""
     kind = METRICS[challenger.task]
     metric = metric or task_named(challenger.task).slice_metric
     if metric not in {f.name for f in fields(kind)}:
@@ -156,7 +160,24 @@ def slice_bars(
         for axes, name in zip(panels[: len(names), 0], names, strict=True):
             ours = [s for s in challenger.slices if s.slice == name]
             x = np.arange(len(ours))
-            axes.bar(x, [_value(s, metric) for s in ours], width, label="challenger")
+            heights = [_value(s, metric) for s in ours]
+            axes.bar(x, heights, width, label="challenger")
+            if intervals:
+                spans = [intervals.get((s.slice, s.value), (math.nan, math.nan)) for s in ours]
+                lows, highs = (np.array(side, dtype="float64") for side in zip(*spans, strict=True))
+                drawn = np.array(heights, dtype="float64")
+                below = np.clip(np.nan_to_num(drawn - lows, nan=0.0), 0, None)
+                above = np.clip(np.nan_to_num(highs - drawn, nan=0.0), 0, None)
+                axes.errorbar(
+                    x,
+                    heights,
+                    yerr=[below, above],
+                    fmt="none",
+                    ecolor="black",
+                    capsize=3,
+                    linewidth=1,
+                    label="95% interval",
+                )
             if champion is not None:
                 theirs = {(s.slice, s.value): s for s in champion.slices}
                 axes.bar(
@@ -178,6 +199,10 @@ def slice_bars(
             axes.set_ylabel(metric)
             axes.grid(axis="y", alpha=0.3)
             axes.legend(fontsize=8)
+            if all(s.metrics is None for s in ours):
+                axes.set_yticks([])
+                why = "every value skipped: too few test rows, or a single class or label value"
+                axes.text(0.5, 0.5, why, transform=axes.transAxes, ha="center", va="center")
         return _png(figure)
     finally:
         plt.close(figure)

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ml.metrics import SliceSpec, binary_metrics, regression_metrics, roc_auc
+from ml.metrics import Evaluation, SliceSpec, binary_metrics, regression_metrics, roc_auc
 from ml.task import BINARY, task_named
 
 Verdict = Literal["ok", "decayed", "failed", "not_judged"]
@@ -152,6 +152,35 @@ def measure(
     tail = (1 - level) / 2
     low, high = np.quantile(resampled, [tail, 1 - tail])
     return Measured(len(labels), value, float(low), float(high))
+
+
+SLICE_SAMPLES = 200
+"""Bootstrap resamples of each slice value's interval on the evaluation's bars."""
+
+
+def slice_intervals(
+    evaluation: Evaluation,
+    frame: pd.DataFrame,
+    slices: Sequence[SliceSpec],
+    labels: np.ndarray,
+    scores: np.ndarray,
+    threshold: float | None = None,
+    samples: int = SLICE_SAMPLES,
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """(slice, value) → the 95% bootstrap interval of the task's slice metric (ROC AUC, RMSE)
+    for each value `evaluation` evaluated (`ml.metrics.evaluate` of the same rows): how far a
+    value's bar could move by chance, which its row count alone does not say."""
+    task = evaluation.task
+    metric = task_named(task).slice_metric
+    evaluated = {(s.slice, s.value) for s in evaluation.slices if s.metrics is not None}
+    intervals = {}
+    for spec in slices:
+        values = spec.values(frame[spec.column])
+        for slice_, value in sorted(k for k in evaluated if k[0] == spec.name):
+            inside = values == value
+            found = measure(labels[inside], scores[inside], metric, task, threshold, samples)
+            intervals[(slice_, value)] = (found.low, found.high)
+    return intervals
 
 
 def judge(measured: Measured, expected: float, metric: str, policy: DecayPolicy) -> Judged:

@@ -343,6 +343,31 @@ def test_the_figures_are_png_images():
         slice_bars(challenger, None, metric="auc")
 
 
+def test_each_evaluated_slice_value_gets_an_interval_around_its_bar_wider_when_smaller():
+    from ml.realized import slice_intervals
+
+    labels, probabilities = scored()
+    frame = flights(labels)
+    got = evaluate(labels, probabilities, frame, [CARRIER, HOUR_BAND], 0.4, min_slice_rows=50)
+    slices = [CARRIER, HOUR_BAND]
+    intervals = slice_intervals(got, frame, slices, labels, probabilities, 0.4)
+
+    judged = {(s.slice, s.value) for s in got.slices if s.metrics is not None}
+    assert set(intervals) == judged  # the skipped OO (20 rows) gets none
+    for key, (low, high) in intervals.items():
+        value = got.slice(*key).metrics.roc_auc  # type: ignore[union-attr]
+        assert low <= value <= high, key
+    widths = {key: high - low for key, (low, high) in intervals.items()}
+    sizes = {key: got.slice(*key).rows for key in intervals}
+    smallest, largest = min(sizes, key=sizes.__getitem__), max(sizes, key=sizes.__getitem__)
+    assert widths[smallest] > widths[largest]
+    assert slice_bars(got, None, intervals=intervals).startswith(b"\x89PNG")
+    # Seeded: the same rows give the same intervals.
+    assert intervals == slice_intervals(
+        got, frame, [CARRIER, HOUR_BAND], labels, probabilities, 0.4
+    )
+
+
 def test_regression_metrics_match_the_hand_computed_values():
     got = regression_metrics(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.5, 2.0, 2.5, 5.0]))
     # Errors 0.5, 0, -0.5, 1: squared, 1.5 in all; the labels' squared deviation is 5.
