@@ -411,7 +411,7 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
                 + f" trained on training set {run.data_fingerprint[:12]}"
                 + (f" (days through {exported.data_through})" if exported.data_through else "")
                 + f", by Dagster run {registry.dagster_run(context.run.run_id)}. Passed the gate:"
-                f" {'; '.join(r.summary for r in report.rules)}."
+                f" {'; '.join(dict.fromkeys(r.summary for r in report.rules))}."
             ),
         )
         promotion = mlflow.promote(

@@ -42,6 +42,9 @@ MODEL_FOLDER = "model"
 SHA256_TAG = "sha256."
 """Prefix of the tags holding each file's sha256: `sha256.model.onnx`."""
 MAIN_FILE_TAG = "main_file"
+ONNX_FLAVOUR_FILE = "model.onnx"
+"""The name MLflow's onnx flavour gives its file (the MLmodel's `data`): the ONNX file of a
+version registered with an `OnnxFlavour` is registered under it."""
 LOGGED_MODEL_TAG = "mlflow_model"
 """The version's file as an MLflow model (`models:/<id>`, `OnnxFlavour`). MLflow's SQL store links
 a version to a logged model only when the version's source is that model, which would move the
@@ -240,6 +243,10 @@ class MlflowRegistry(dg.ConfigurableResource):
             raise RegistryError(f"{model_name}: {overlap} given both as file and as document")
         if expected_version is not None and not _VERSION.fullmatch(expected_version):
             raise RegistryError(f"{model_name}: expected version {expected_version!r} is no number")
+        if flavour is not None and files.get(ONNX_FLAVOUR_FILE) != flavour.file:
+            raise RegistryError(
+                f"{model_name}: an MLflow model's ONNX file is registered as {ONNX_FLAVOUR_FILE}"
+            )
         own = (MAIN_FILE_TAG, FOLDER_TAG, LOGGED_MODEL_TAG)
         if reserved := sorted(k for k in tags if k.startswith(SHA256_TAG) or k in own):
             raise RegistryError(f"{model_name}: tags {reserved} are the registry's own")
@@ -261,15 +268,25 @@ class MlflowRegistry(dg.ConfigurableResource):
             folder = f"{MODEL_FOLDER}/v{expected_version or self.next_version(model_name)}"
         run_id = run.info.run_id
         try:
-            with tempfile.TemporaryDirectory(prefix="register-") as staging:
-                hashes = _stage(Path(staging), files, documents)
+            with (
+                tempfile.TemporaryDirectory(prefix="register-") as staging,
+                tempfile.TemporaryDirectory(prefix="mlflow-model-") as described,
+            ):
+                logged, described_by = None, {}
+                if flavour is not None:
+                    written = Path(described) / MODEL_FOLDER
+                    logged = self._log_flavour(client, run, model_name, flavour, written)
+                    # The version's folder is that MLflow model too: its MLmodel (signature,
+                    # input example, requirements) beside the registered ONNX file, so MLflow
+                    # shows the version's schema and loads `models:/<name>/<version>`.
+                    described_by = {p.name: p for p in written.iterdir() if p.name not in files}
+                hashes = _stage(Path(staging), {**files, **described_by}, documents)
                 own_tags = {f"{SHA256_TAG}{n}": h for n, h in hashes.items()}
                 own_tags[MAIN_FILE_TAG] = next(iter(files))
                 if own_run:  # a training's run may hold several versions: the versions say
                     for key, value in own_tags.items():
                         client.set_tag(run_id, key, value)
                 client.log_artifacts(run_id, staging, artifact_path=folder)
-            logged = self._log_flavour(client, run, model_name, flavour) if flavour else None
             _create_registered_model(client, model_name)
             created = client.create_model_version(
                 model_name,
@@ -305,8 +322,9 @@ class MlflowRegistry(dg.ConfigurableResource):
         return self.version(model_name, str(created.version))
 
     @staticmethod
-    def _log_flavour(client, run, model_name: str, flavour: OnnxFlavour) -> str:
-        """Log `flavour` as an MLflow model of `run` (its Models column); the model's id."""
+    def _log_flavour(client, run, model_name: str, flavour: OnnxFlavour, folder: Path) -> str:
+        """Write `flavour` as an MLflow model into the new folder `folder` and log it as a model
+        of `run` (its Models column); the model's id."""
         from importlib.metadata import version
 
         import mlflow.onnx
@@ -317,19 +335,17 @@ class MlflowRegistry(dg.ConfigurableResource):
         logged = client.create_logged_model(
             run.info.experiment_id, name=model_name, source_run_id=run.info.run_id
         )
-        with tempfile.TemporaryDirectory(prefix="mlflow-model-") as staging:
-            folder = Path(staging) / MODEL_FOLDER
-            mlflow.onnx.save_model(
-                onnx.load(flavour.file),
-                str(folder),
-                mlflow_model=Model(run_id=run.info.run_id, model_id=logged.model_id),
-                signature=infer_signature(dict(flavour.inputs), dict(flavour.outputs)),
-                input_example=dict(flavour.inputs),
-                pip_requirements=[f"{p}=={version(p)}" for p in ("onnx", "onnxruntime")],
-                onnx_execution_providers=["CPUExecutionProvider"],
-                save_as_external_data=False,
-            )
-            client.log_model_artifacts(logged.model_id, str(folder))
+        mlflow.onnx.save_model(
+            onnx.load(flavour.file),
+            str(folder),
+            mlflow_model=Model(run_id=run.info.run_id, model_id=logged.model_id),
+            signature=infer_signature(dict(flavour.inputs), dict(flavour.outputs)),
+            input_example=dict(flavour.inputs),
+            pip_requirements=[f"{p}=={version(p)}" for p in ("onnx", "onnxruntime")],
+            onnx_execution_providers=["CPUExecutionProvider"],
+            save_as_external_data=False,
+        )
+        client.log_model_artifacts(logged.model_id, str(folder))
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
         client.log_outputs(run.info.run_id, [LoggedModelOutput(logged.model_id, step=0)])
         return logged.model_id

@@ -344,6 +344,17 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
 
 
+def open_plot(page, key: str, shot: str) -> None:
+    """In the metadata table: `key`'s [Show Markdown] → its picture, drawn; the screenshot."""
+    row = page.locator("tr", has=page.get_by_text(key, exact=True)).first
+    row.get_by_text("[Show Markdown]").click()
+    plot = page.get_by_role("dialog").locator('img[src^="data:image/png;base64,"]').first
+    plot.wait_for()
+    assert plot.evaluate("img => img.naturalWidth") > 100
+    screenshot(page, shot)
+    page.keyboard.press("Escape")
+
+
 def launch_from_materialize_dialog(
     page, server: Server, partitions: str, button: str, shot: str
 ) -> None:
@@ -417,33 +428,29 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     for entry in ("roc_plot", "calibration_plot", "comparison"):
         page.get_by_text(entry, exact=True).first.wait_for()
     screenshot(page, "6-model-evaluation-metrics")
-    roc = page.locator("tr", has=page.get_by_text("roc_plot", exact=True)).first
-    roc.get_by_text("[Show Markdown]").click()
-    plot = page.get_by_role("dialog").locator('img[src^="data:image/png;base64,"]').first
-    plot.wait_for()
-    assert plot.evaluate("img => img.naturalWidth") > 100
-    screenshot(page, "7-model-evaluation-roc")
-    page.keyboard.press("Escape")
+    open_plot(page, "roc_plot", "7-model-evaluation-roc")
+    # Per-slice bars: each value's test rows under it and its interval on the bar.
+    open_plot(page, "slices_plot", "8-model-evaluation-slices")
 
     # The same figures across materializations, drawn by Dagster from the numeric metadata.
     page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation")
     page.get_by_role("button", name="Plots").click()
     page.get_by_text("test_roc_auc", exact=True).first.wait_for()
     assert page.locator("canvas").count() >= len(("test_roc_auc", "test_f1", "test_threshold"))
-    screenshot(page, "8-model-evaluation-plots")
+    screenshot(page, "9-model-evaluation-plots")
 
     # The gate's checks and their results, on the asset's Checks tab.
     page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=checks")
     for rule in ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"):
         page.get_by_text(rule, exact=True).first.wait_for()
     page.get_by_text("Passed", exact=False).first.wait_for()
-    screenshot(page, "9-model-evaluation-checks")
+    screenshot(page, "10-model-evaluation-checks")
 
     # The schedules and the drift sensor, where a person switches them on.
     page.goto(f"{server.url}/automation")
     for name in ("nightly_daily_partition", "nightly_retrain", "drift_retrain"):
         page.get_by_text(CASE.name_for(name), exact=True).first.wait_for()
-    screenshot(page, "10-automation")
+    screenshot(page, "11-automation")
 
 
 @pytest.mark.timeout(900)
@@ -470,7 +477,7 @@ def test_a_person_follows_a_training_from_dagster_to_mlflow_and_back_and_watches
     for shown in ("validation_loss", "test_roc_auc", "Finished"):
         page.get_by_text(shown, exact=True).first.wait_for()
     page.get_by_text(re.compile(r"^flight_delay_v1 \([0-9a-f]+\)$")).first.wait_for()  # dataset
-    screenshot(page, "11-mlflow-training-run")
+    screenshot(page, "12-mlflow-training-run")
 
     # And back: the run's description links the Dagster run that trained it.
     back = page.locator(f'a[href^="{LOCAL_DAGSTER_UI}/runs/"]').first
@@ -481,7 +488,16 @@ def test_a_person_follows_a_training_from_dagster_to_mlflow_and_back_and_watches
     page.goto(f"{server.url}/runs/{dagster_run}")
     page.get_by_text("trained_model", exact=False).first.wait_for()
     page.get_by_text("Success", exact=False).first.wait_for()
-    screenshot(page, "12-back-in-dagster")
+    screenshot(page, "13-back-in-dagster")
+
+    # The registered version: what it is, what it learned from, what made it, the gate it passed.
+    page.goto(f"{server.url}/assets/{CASE.name}/registered_model?view=events")
+    version = page.locator(f'a[href^="{LOCAL_MLFLOW_UI}/#/models/"]').first
+    version.wait_for()
+    page.goto((version.get_attribute("href") or "").replace(LOCAL_MLFLOW_UI, mlflow_ui))
+    page.get_by_text(re.compile("Passed the gate")).first.wait_for()
+    page.get_by_text("Inputs (2)", exact=True).first.wait_for()  # numeric, categorical
+    screenshot(page, "14-mlflow-model-version")
 
     # A training in progress: held after its first epoch's checkpoint (ml.train), its MLflow run
     # is open and already shows that epoch; let go, it ends as the same run.
@@ -516,7 +532,7 @@ def test_a_person_follows_a_training_from_dagster_to_mlflow_and_back_and_watches
         page.goto(f"{mlflow_ui}/#/experiments/{experiment.experiment_id}/runs/{live_run}?{ML_VIEW}")
         for shown in ("Running", "validation_loss", "train_loss"):
             page.get_by_text(shown, exact=True).first.wait_for()
-        screenshot(page, "13-mlflow-training-live")
+        screenshot(page, "15-mlflow-training-live")
         held.unlink()
         assert trained_now.result().success
     finished = client.get_run(live_run)

@@ -99,6 +99,7 @@ def test_the_first_model_clears_the_floor_and_becomes_champion(world: World):
     assert (version.run_id, version.folder) == (trained["mlflow_run_id"], "model/v1")
     (logged,) = training.outputs.model_outputs
     assert version.tags["mlflow_model"] == f"models:/{logged.model_id}"
+    assert "MLmodel" in version.files  # the version's folder is an MLflow model too
     served = world.registry.fetch(version, "model.onnx", world.home / "verify")
     properties = read_properties(served)
     assert properties["model_version"] == "1"

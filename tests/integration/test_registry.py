@@ -163,6 +163,13 @@ def test_versions_registered_from_a_training_run_keep_their_files_apart(
     served = mlflow.pyfunc.load_model(f"models:/{model_id}")
     assert served.metadata.get_input_schema().input_names() == ["numeric"]
     assert served.predict({"numeric": example})["score"].tolist() == [3.0, 7.0]
+    # The version's own folder is that MLflow model as well, every file of it hashed.
+    assert {"model.onnx", "MLmodel", "requirements.txt", "input_example.json"} <= set(one.files)
+    assert one.sha256 == one.files["model.onnx"] and one.tags["main_file"] == "model.onnx"
+    by_version = mlflow.pyfunc.load_model("models:/from_training/1")
+    assert by_version.predict({"numeric": example})["score"].tolist() == [3.0, 7.0]
+    with pytest.raises(RegistryError, match=r"registered as model\.onnx"):
+        registry.register("from_training", {"other.onnx": first}, {}, {}, flavour=flavour)
 
 
 def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, tmp_path: Path):
