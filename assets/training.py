@@ -3,6 +3,7 @@ MLflow."""
 
 import base64
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,13 @@ from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
 from ml.files import atomic_write
 from resources.launchers import MessageHandler, TrainingLauncher
-from resources.registry import EpochMetrics, LiveRun, MlflowRegistry, TrainingData
+from resources.registry import (
+    DAGSTER_RUN_TAG,
+    EpochMetrics,
+    LiveRun,
+    MlflowRegistry,
+    TrainingData,
+)
 
 TRAINING = "training"
 
@@ -123,7 +130,7 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
             tracking.live_run(
                 run_name=f"trained_model-{context.run.run_id[:8]}",
                 params=_flat(settings.to_dict()),
-                tags={"dagster_run_id": context.run.run_id, **declared},
+                tags={DAGSTER_RUN_TAG: context.run.run_id, **declared},
                 description=(
                     f"{case.registered_model}: {case.label.column} ({case.label.task}) from"
                     f" {case.feature_service}, training in Dagster run"
@@ -135,9 +142,14 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
             ThreadPoolExecutor(1, thread_name_prefix="warm_up") as warming,
         ):
             warmed = warming.submit(plots.warm_up)
+            abandoned = warming.submit(tracking.end_abandoned, functools.partial(_over, context))
             reported = launcher.launch(context, settings, _epochs_to(live)).metadata or {}
             if (error := warmed.exception()) is not None:
                 context.log.warning(f"warming up matplotlib failed: {error}")
+            if (error := abandoned.exception()) is not None:
+                context.log.warning(f"ending the MLflow runs of killed trainings failed: {error}")
+            elif ended := abandoned.result():
+                context.log.info(f"ended {len(ended)} MLflow run(s) of killed trainings: {ended}")
             result, manifest = _json(reported, "result"), _json(reported, "manifest")
             validation = result["validation"]
             plot = plots.loss_curve(
@@ -216,6 +228,13 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         )
 
     return trained_model
+
+
+def _over(context: dg.AssetExecutionContext, run_id: str) -> bool:
+    """Whether Dagster run `run_id` has ended. A run this instance does not know is not: its
+    MLflow run may be another instance's training, live, on a shared tracking server."""
+    run = context.instance.get_run_by_id(run_id)
+    return run is not None and run.is_finished
 
 
 def _epochs_to(live: LiveRun) -> MessageHandler:

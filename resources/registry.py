@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +59,8 @@ LOCAL_DAGSTER_UI = "http://127.0.0.1:3000"
 """Where `make mlflow` and `make dev` serve the two UIs: the links' default."""
 NOTE_TAG = "mlflow.note.content"
 """The run tag MLflow's UI shows as the run's description."""
+DAGSTER_RUN_TAG = "dagster_run_id"
+"""The tag of a run, and of a version, naming the Dagster run that logged it."""
 SOURCE_TAGS = ("mlflow.source.name", "mlflow.source.type")
 """The run tags MLflow's UI shows as the run's Source: what logged it, and its kind."""
 ML_VIEW = "workflowType=machine_learning"
@@ -189,6 +191,22 @@ class MlflowRegistry(dg.ConfigurableResource):
         work (a Dagster asset), shown as the run's Source."""
         named = dict(zip(SOURCE_TAGS, (source, "JOB"), strict=True)) if source else {}
         return LiveRun(self, run_name, params, {**named, **tags}, description)
+
+    def end_abandoned(self, over: Callable[[str], bool]) -> list[str]:
+        """End as KILLED every run of this experiment still RUNNING whose Dagster run is over
+        (`over(<its DAGSTER_RUN_TAG>)`): a training whose process was killed never ended its
+        own run. The ids of the runs ended."""
+        client = self._client()
+        found = client.get_experiment_by_name(self.experiment)
+        if found is None:
+            return []
+        ended = []
+        for run in client.search_runs([found.experiment_id], "attributes.status = 'RUNNING'"):
+            dagster_run = run.data.tags.get(DAGSTER_RUN_TAG)
+            if dagster_run and over(dagster_run):
+                client.set_terminated(run.info.run_id, status="KILLED")
+                ended.append(run.info.run_id)
+        return ended
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> str:
         """Figures measured after a run ended (a model's test metrics, once it is evaluated),
@@ -505,10 +523,17 @@ class MlflowRegistry(dg.ConfigurableResource):
         return MlflowClient(tracking_uri=uri)
 
     def _experiment_id(self, client) -> str:
+        from mlflow.exceptions import MlflowException
+
         found = client.get_experiment_by_name(self.experiment)
         if found is not None:
             return found.experiment_id
-        return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+        try:
+            return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+        except MlflowException as race:  # another run created it in between
+            if race.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return client.get_experiment_by_name(self.experiment).experiment_id
 
 
 @dataclass(frozen=True)

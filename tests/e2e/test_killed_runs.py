@@ -207,6 +207,16 @@ class Mini:
             for path in (self.home / "lake" / table).glob("*.parquet"):
                 assert not pd.read_parquet(path).duplicated(key).any(), path
 
+    def mlflow_runs(self, dagster_run: str) -> list[str]:
+        """The statuses of the MLflow runs that Dagster run `dagster_run` opened."""
+        client = self.registry._client()
+        experiment = client.get_experiment_by_name(CASE.name)
+        assert experiment is not None
+        found = client.search_runs(
+            [experiment.experiment_id], f"tags.dagster_run_id = '{dagster_run}'"
+        )
+        return [run.info.status for run in found]
+
     def champion_weights(self) -> str:
         champion = self.registry.champion(MODEL)
         assert champion is not None
@@ -294,6 +304,9 @@ def test_a_training_killed_at_every_stage_resumes_and_ends_with_the_same_champio
     run, _, metadata = mini.materialization("trained_model")
     assert run == exporting and metadata["resumed_from"] != "none"
     assert metadata["weights_sha256"] == weights
+    # The killed training's MLflow run, left RUNNING, was ended by the next training.
+    assert mini.mlflow_runs(training) == ["KILLED"]
+    assert mini.mlflow_runs(exporting) == ["FINISHED"]
     registering = mini.job(
         "train_model",
         config=TRAIN,

@@ -108,6 +108,27 @@ def test_a_live_run_shows_each_epoch_as_it_is_logged_and_ends_with_the_work(
     assert client.get_run(failed.run.run_id).info.status == "FAILED"
 
 
+def test_runs_left_running_by_killed_trainings_are_ended_and_no_other(registry: MlflowRegistry):
+    tracking = registry.for_use_case("abandoned")
+    killed = tracking.live_run("killed", {}, {"dagster_run_id": "dead"})
+    alive = tracking.live_run("alive", {}, {"dagster_run_id": "alive"})
+    elsewhere = tracking.live_run("elsewhere", {}, {})  # no Dagster run named: left alone
+    with tracking.live_run("done", {}, {"dagster_run_id": "dead"}) as done:
+        done.finish(epochs=[], metrics={}, tags={}, documents={}, files=[])
+    assert all(run.run for run in (killed, alive, elsewhere))  # created (by their threads)
+
+    ended = tracking.end_abandoned(lambda dagster_run: dagster_run == "dead")
+
+    assert ended == [killed.run.run_id]
+    client = registry._client()
+    statuses = {
+        run.run.run_id: client.get_run(run.run.run_id).info.status
+        for run in (killed, alive, elsewhere, done)
+    }
+    assert list(statuses.values()) == ["KILLED", "RUNNING", "RUNNING", "FINISHED"]
+    assert registry.for_use_case("no_such_experiment").end_abandoned(lambda _: True) == []
+
+
 def test_versions_registered_from_a_training_run_keep_their_files_apart(
     registry: MlflowRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
