@@ -23,7 +23,7 @@ from assets.training import TrainedRun
 from assets.usecase import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
-from resources.registry import MlflowRegistry, OnnxFlavour, RegistryError
+from resources.registry import DAGSTER_RUN_TAG, MlflowRegistry, OnnxFlavour, RegistryError
 from resources.serving import (
     DATA_THROUGH_TAG,
     LINES_FILE,
@@ -396,7 +396,7 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
                 "data_fingerprint": run.data_fingerprint,
                 "feature_service": run.feature_service,
                 "training_run_id": run.mlflow_run_id,
-                "dagster_run_id": context.run.run_id,
+                DAGSTER_RUN_TAG: context.run.run_id,
                 "quantized": str(exported.quantized).lower(),
                 "threshold": repr(evaluation.threshold),
                 **({DATA_THROUGH_TAG: exported.data_through} if exported.data_through else {}),

@@ -172,14 +172,14 @@ def slice_intervals(
     value's bar could move by chance, which its row count alone does not say."""
     task = evaluation.task
     metric = task_named(task).slice_metric
-    evaluated = {(s.slice, s.value) for s in evaluation.slices if s.metrics is not None}
     intervals = {}
     for spec in slices:
         values = spec.values(frame[spec.column])
-        for slice_, value in sorted(k for k in evaluated if k[0] == spec.name):
-            inside = values == value
-            found = measure(labels[inside], scores[inside], metric, task, threshold, samples)
-            intervals[(slice_, value)] = (found.low, found.high)
+        for judged in evaluation.slices:
+            if judged.slice == spec.name and judged.metrics is not None:
+                inside = values == judged.value
+                found = measure(labels[inside], scores[inside], metric, task, threshold, samples)
+                intervals[(judged.slice, judged.value)] = (found.low, found.high)
     return intervals
 
 

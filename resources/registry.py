@@ -211,12 +211,8 @@ class MlflowRegistry(dg.ConfigurableResource):
     def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> str:
         """Figures measured after a run ended (a model's test metrics, once it is evaluated),
         added to that run, so that its page tells what the Dagster asset says; the page's link."""
-        from mlflow.entities import Metric
-
-        client, now = self._client(), _millis()
-        client.log_batch(
-            run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)]
-        )
+        client = self._client()
+        client.log_batch(run_id, metrics=_metrics(metrics, _millis(), step=0))
         return self._run_link(client.get_run(run_id).info.experiment_id, run_id)
 
     def _run_link(self, experiment_id: str, run_id: str) -> str:
@@ -594,7 +590,7 @@ class LiveRun:
             experiment_id,
             start_time=started,
             run_name=run_name,
-            tags={**tags, **({NOTE_TAG: description} if description else {})},
+            tags={**tags, **_note(description)},
         )
         run_id = run.info.run_id
         client.log_batch(
@@ -609,16 +605,14 @@ class LiveRun:
 
     def log(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         """Queue `metrics` at `step` (an epoch); never raises."""
-        values = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
         at = timestamp_ms or _millis()
-        self._logs.append(self._pool.submit(self._log, values, step, at))
+        self._logs.append(self._pool.submit(self._log, dict(metrics), step, at))
 
     def _log(self, values: dict[str, float], step: int, at: int) -> None:
-        from mlflow.entities import Metric
-
         client, run = self._created.result()
-        client.log_batch(run.run_id, metrics=[Metric(k, v, at, step) for k, v in values.items()])
-        self._logged.update((name, step) for name in values)
+        logged = _metrics(values, at, step)
+        client.log_batch(run.run_id, metrics=logged)
+        self._logged.update((metric.key, step) for metric in logged)
 
     @property
     def run(self) -> TrackedRun:
@@ -639,7 +633,7 @@ class LiveRun:
         live logging missed (a restart's resumed epochs, a message that did not arrive), the
         final `metrics` (step 0), `tags`, JSON `documents` and `files` as artifacts, the
         `data` it read as a dataset input, and `description` as the run's note."""
-        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, RunTag
+        from mlflow.entities import Dataset, DatasetInput, InputTag, RunTag
 
         for pending in self._logs:
             if (error := pending.exception()) is not None:
@@ -651,16 +645,13 @@ class LiveRun:
             client.log_batch(
                 run.run_id,
                 metrics=[
-                    Metric(k, v, now, e.epoch)
+                    metric
                     for e in epochs
-                    for k, v in e.values.items()
-                    if math.isfinite(v) and (k, e.epoch) not in self._logged
+                    for metric in _metrics(e.values, now, e.epoch)
+                    if (metric.key, e.epoch) not in self._logged
                 ]
-                + [Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)],
-                tags=[
-                    RunTag(k, v)
-                    for k, v in {**tags, **({NOTE_TAG: description} if description else {})}.items()
-                ],
+                + _metrics(metrics, now, step=0),
+                tags=[RunTag(k, v) for k, v in {**tags, **_note(description)}.items()],
             )
             if data is not None:
                 dataset = Dataset(
@@ -792,6 +783,19 @@ def _is_absent(error) -> bool:
     return error.error_code == "RESOURCE_DOES_NOT_EXIST" or (
         error.error_code == "INVALID_PARAMETER_VALUE" and "not found" in error.message
     )
+
+
+def _metrics(values: Mapping[str, float], at: int, step: int) -> list:
+    """MLflow metrics of `values` at time `at` (ms) and `step`; a NaN or infinity (the AUC of a
+    one-class split) is left out, as no figure."""
+    from mlflow.entities import Metric
+
+    return [Metric(k, float(v), at, step) for k, v in values.items() if math.isfinite(v)]
+
+
+def _note(description: str) -> dict[str, str]:
+    """The tag that makes `description` a run's note, if there is one."""
+    return {NOTE_TAG: description} if description else {}
 
 
 def _sha256(path: Path) -> str:
