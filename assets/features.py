@@ -463,7 +463,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
     ):
         """Labelled entity rows joined point-in-time through the FeatureService, split by
         date."""
-        from ml.dataset import LabelSpec, assemble, labelled_rows
+        from ml.dataset import LabelSpec, assemble, labelled_rows, repeated_keys
 
         feature_store = feature_store.for_use_case(case.name)
 
@@ -473,11 +473,12 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         outcomes = feature_store.view_rows(
             spec.view, split.instant(split.start), split.instant(split.end)
         )
-        rows, unlabelled = labelled_rows(
-            case.prediction.entity_rows(outcomes, case.timezone),
-            spec,
-            feature_store.join_keys(service),
-        )
+        entities = case.prediction.entity_rows(outcomes, case.timezone)
+        # Rows the label view's key cannot tell apart would be joined to another event's rows.
+        keys, tolerance = feature_store.join_tolerance(spec.view)
+        if (repeated := repeated_keys(entities, spec.view, keys, tolerance)) is not None:
+            raise dg.Failure(description=f"training_set: {repeated}", allow_retries=False)
+        rows, unlabelled = labelled_rows(entities, spec, feature_store.join_keys(service))
         if rows.empty:
             raise dg.Failure(
                 description=(

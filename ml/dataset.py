@@ -110,6 +110,77 @@ def as_of_day_start(
     return rows.assign(**{column: local.dt.normalize().dt.tz_convert(rows[column].dt.tz)})
 
 
+@dataclass(frozen=True)
+class RepeatedKeys:
+    """Entity rows that a point-in-time join cannot tell apart: rows of one view whose join keys
+    repeat within the join's tolerance (the view's TTL), so that a feature row of one event is
+    as good a match for another."""
+
+    view: str
+    keys: tuple[str, ...]
+    tolerance: dt.timedelta | None
+    """The TTL; None: no bound, a key that repeats at all is ambiguous."""
+    rows: int
+    """Entity rows that share their keys with another within the tolerance."""
+    total: int
+    examples: tuple[str, ...]
+    """A few of the repeated keys, with the instant and how many rows share it."""
+
+    def __str__(self) -> str:
+        keys = ", ".join(self.keys)
+        within = f"within {_duration(self.tolerance)}, its TTL" if self.tolerance else "at all"
+        return (
+            f"{self.rows:,} of {self.total:,} entity rows of view {self.view!r} repeat its join"
+            f" key ({keys}) {within}: e.g. {'; '.join(self.examples)}. A point-in-time join"
+            " would give each of them the feature row of any one of those events. Declare an"
+            " event key: a column (or columns) that tells one event from another"
+            " (`python -m pipelines.scaffold ... --event-key COLUMN`), key the label view and the"
+            " per-event views by it, carry the entity's key as a field of the label view, and"
+            " make it the contract's natural key"
+        )
+
+
+def repeated_keys(
+    rows: pd.DataFrame,
+    view: str,
+    keys: list[str],
+    tolerance: dt.timedelta | None,
+    timestamp: str = "event_timestamp",
+    examples: int = 3,
+) -> RepeatedKeys | None:
+    """The entity rows whose `keys` repeat within `tolerance` of each other's `timestamp` (a
+    view's TTL: how far back its join reaches; None: unbounded), or None when every row's keys
+    tell it apart. Rows missing a key join nothing and are not counted."""
+    known = rows.dropna(subset=keys)
+    if known.empty:
+        return None
+    ordered = known.sort_values([*keys, timestamp], kind="stable")
+    same = ordered[keys].eq(ordered[keys].shift()).all(axis=1)
+    gap = ordered[timestamp].diff()
+    close = same if tolerance is None else same & (gap <= pd.Timedelta(tolerance))
+    # A row close to the one before: both are ambiguous.
+    ambiguous = close | close.shift(-1, fill_value=False)
+    if not ambiguous.any():
+        return None
+    repeated = ordered[ambiguous]
+    counts = repeated.groupby([*keys, timestamp], sort=True).size().sort_values(ascending=False)
+    shown = []
+    for index, count in counts.head(examples).items():
+        values = index if isinstance(index, tuple) else (index,)
+        named = ", ".join(f"{k}={v}" for k, v in zip(keys, values[:-1], strict=True))
+        shown.append(f"{named} at {pd.Timestamp(values[-1]).isoformat()} ({count} rows)")
+    return RepeatedKeys(view, tuple(keys), tolerance, len(repeated), len(rows), tuple(shown))
+
+
+def _duration(delta: dt.timedelta) -> str:
+    seconds = delta.total_seconds()
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return f"{seconds:g} s"
+
+
 def labelled_rows(
     rows: pd.DataFrame, spec: LabelSpec, join_keys: list[str]
 ) -> tuple[pd.DataFrame, int]:

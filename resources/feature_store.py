@@ -182,6 +182,13 @@ class FeastFeatureStore(dg.ConfigurableResource):
                     keys.append(mapped)
         return keys
 
+    def join_tolerance(self, view: str) -> tuple[list[str], dt.timedelta | None]:
+        """The join keys of a feature view and how far back its point-in-time join reaches (its
+        TTL; None: no bound): what tells its rows apart."""
+        feature_view = self.store().get_feature_view(view)
+        ttl = feature_view.ttl if feature_view.ttl and feature_view.ttl > dt.timedelta(0) else None
+        return list(feature_view.join_keys), ttl
+
     def feature_columns(self, service: str) -> list[str]:
         """The columns a FeatureService adds to entity rows: `<view>__<feature>`."""
         service_def = self.store().get_feature_service(service)
