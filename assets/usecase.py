@@ -234,6 +234,10 @@ class Prediction:
         return as_of_day_start(rows, timezone)
 
 
+SPLIT_DAYS = ("start", "validation_start", "test_start", "end")
+"""A training window's days, in order: each the first of its part, `end` the first after it."""
+
+
 @dataclass(frozen=True)
 class TrainingWindow:
     """The training set a retrain builds: the last `days` labelled days, split in time."""
@@ -245,9 +249,27 @@ class TrainingWindow:
     """The window `training_set` takes when its config leaves it out: start, validation_start,
     test_start, end (YYYY-MM-DD); empty: `days` ending at the partitions' last day."""
 
+    def problem(self) -> tuple[str, str] | None:
+        """The field and what is wrong with it, if anything: `default`, when given, names the
+        four days of a split in order (what `make run` trains on as it stands)."""
+        if self.days < 3:
+            return "window.days", f"{self.days}: at least 3"
+        if not self.default:
+            return None
+        if sorted(self.default) != sorted(SPLIT_DAYS):
+            return "window.default", f"{sorted(self.default)}: give all of {list(SPLIT_DAYS)}"
+        try:
+            days = [dt.date.fromisoformat(self.default[name]) for name in SPLIT_DAYS]
+        except (TypeError, ValueError):
+            return "window.default", f"{dict(self.default)}: days are YYYY-MM-DD"
+        if days != sorted(set(days)):
+            return "window.default", f"{dict(self.default)}: the days must follow {SPLIT_DAYS}"
+        return None
+
     def config(self, start: dt.date, last: dt.date) -> dict[str, str]:
         """The `training_set` config over the days [start, last], split by `shares` (a day each
-        at least): what `make run`, the nightly retrain and the drift sensor train on."""
+        at least): what the nightly retrain and the drift sensor train on, and `make run` when
+        given its days (else it trains on `default`)."""
         end = last + dt.timedelta(days=1)
         days = (end - start).days
         if days < 3:
@@ -419,8 +441,8 @@ class UseCase:
             raise _refuse(self.name, "daily_at", problem)
         if (drift := self.drift.problem()) is not None:
             raise _refuse(self.name, *drift)
-        if self.window.days < 3:
-            raise _refuse(self.name, "window.days", f"{self.window.days}: at least 3")
+        if (window := self.window.problem()) is not None:
+            raise _refuse(self.name, *window)
 
     def key(self, asset: str) -> dg.AssetKey:
         """The key of one of this use case's assets: under the use case's name."""

@@ -103,6 +103,21 @@ def default_window(case: UseCase) -> tuple[dt.date, dt.date]:
     return first, last
 
 
+def training_split(
+    case: UseCase, start: dt.date | None = None, end: dt.date | None = None
+) -> tuple[dict[str, str], str]:
+    """The `training_set` config `make run` trains on, and where its dates come from: the
+    declared `window.default` as it stands when no day is given, else the days [start, end]
+    (the default window's where one is left out) split by `window.shares`."""
+    declared = case.window.default
+    if declared and start is None and end is None:
+        return dict(declared), f"the dates {case.name}'s declaration gives (window.default)"
+    first, last = default_window(case)
+    start, end = start or first, end or last
+    shares = "/".join(f"{share:.0%}" for share in case.window.shares)
+    return case.window.config(start, end), f"{start}..{end} split {shares} (window.shares)"
+
+
 def history_days(case: UseCase) -> int:
     """Days processed before the training window, so that the window's trailing feature inputs
     have their history (the longest any feature table reads back)."""
@@ -565,10 +580,12 @@ def main(argv: list[str] | None = None) -> int:
         case = choose_use_case(USE_CASES, args.use_case)
     except ValueError as error:
         parser.error(str(error))
-    default_start, default_end = default_window(case)
-    start, end = args.start or default_start, args.end or default_end
-    if (end - start).days < 2:
-        parser.error(f"the training window {start}..{end} needs at least 3 days (train/val/test)")
+    try:
+        window, origin = training_split(case, args.start, args.end)
+    except ValueError as error:
+        parser.error(f"{error} (train/validation/test)")
+    start = dt.date.fromisoformat(window["start"])
+    end = dt.date.fromisoformat(window["end"]) - dt.timedelta(days=1)
     first = start - dt.timedelta(days=history_days(case))
     partitions = [
         key
@@ -615,11 +632,11 @@ def main(argv: list[str] | None = None) -> int:
             status = "published" if outcome.success else "REFUSED"
             lead = " (history lead-in)" if partition not in window_days else ""
             print(f"{partition}: {status}{lead}", flush=True)
-        window = case.window.config(start, end)
         training = run_assets(
             job("build_training_set"),
             instance,
-            f"[{window['start']}, {window['end']})",
+            f"[{window['start']}, {window['end']}), validation from {window['validation_start']},"
+            f" test from {window['test_start']}: {origin}",
             ops={case.key("training_set").to_python_identifier(): {"config": window}},
         )
         model = AssetRun(False, "")

@@ -18,11 +18,20 @@ from pipelines.run import (
     history_days,
     main,
     published_stretches,
+    training_split,
     where_lines,
 )
 from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
+DECLARED = dataclasses.replace(
+    TINY,
+    window=TrainingWindow(
+        days=10,
+        default={"start": "2024-02-01", "validation_start": "2024-02-15",
+                 "test_start": "2024-02-25", "end": "2024-03-01"},
+    ),
+)  # fmt: skip
 REGRESSION = dataclasses.replace(
     TINY, name="tiny_minutes", label=dataclasses.replace(TINY.label, task="regression")
 )
@@ -37,10 +46,39 @@ def test_the_first_declared_use_case_runs_unless_one_is_named():
 
 def test_the_default_window_is_the_declared_one_else_the_last_days_of_the_data():
     assert default_window(TINY) == (dt.date(2024, 3, 22), dt.date(2024, 3, 31))
-    declared = dataclasses.replace(
-        TINY, window=TrainingWindow(days=10, default={"start": "2024-02-01", "end": "2024-03-01"})
+    assert default_window(DECLARED) == (dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+
+
+def test_make_run_trains_on_the_declared_split_unless_given_its_days():
+    split, origin = training_split(DECLARED)
+    assert split == dict(DECLARED.window.default)
+    assert origin == "the dates tiny's declaration gives (window.default)"
+    split, origin = training_split(DECLARED, start=dt.date(2024, 2, 1))
+    assert (
+        split
+        == DECLARED.window.config(dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+        != dict(DECLARED.window.default)
     )
-    assert default_window(declared) == (dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+    assert origin == "2024-02-01..2024-02-29 split 70%/15% (window.shares)"
+    assert training_split(TINY) == (
+        TINY.window.config(dt.date(2024, 3, 22), dt.date(2024, 3, 31)),
+        "2024-03-22..2024-03-31 split 70%/15% (window.shares)",
+    )
+
+
+@pytest.mark.parametrize(
+    "default",
+    [
+        {"start": "2024-02-01", "end": "2024-03-01"},
+        {"start": "2024-02-01", "validation_start": "2024-02-20", "test_start": "2024-02-10",
+         "end": "2024-03-01"},
+        {"start": "2024-02-01", "validation_start": "20.2.2024", "test_start": "2024-02-25",
+         "end": "2024-03-01"},
+    ],
+)  # fmt: skip
+def test_a_declared_split_names_all_four_days_in_order(default):
+    with pytest.raises(ValueError, match=r"use case 'tiny': window\.default: "):
+        dataclasses.replace(TINY, window=TrainingWindow(days=10, default=default))
 
 
 def test_the_history_lead_in_is_the_longest_trailing_input():
