@@ -165,10 +165,10 @@ def repeated_keys(
     repeated = ordered[ambiguous]
     counts = repeated.groupby([*keys, timestamp], sort=True).size().sort_values(ascending=False)
     shown = []
-    for index, count in counts.head(examples).items():
-        values = index if isinstance(index, tuple) else (index,)
-        named = ", ".join(f"{k}={v}" for k, v in zip(keys, values[:-1], strict=True))
-        shown.append(f"{named} at {pd.Timestamp(values[-1]).isoformat()} ({count} rows)")
+    for row in counts.head(examples).rename("__rows").reset_index().to_dict("records"):
+        named = ", ".join(f"{key}={row[key]}" for key in keys)
+        at = pd.Timestamp(row[timestamp]).isoformat()
+        shown.append(f"{named} at {at} ({row['__rows']} rows)")
     return RepeatedKeys(view, tuple(keys), tolerance, len(repeated), len(rows), tuple(shown))
 
 

@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     try:
-        window, origin = training_split(case, args.start, args.end)
+        window, split_from = training_split(case, args.start, args.end)
     except ValueError as error:
         parser.error(f"{error} (train/validation/test)")
     start = dt.date.fromisoformat(window["start"])
@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             job("build_training_set"),
             instance,
             f"[{window['start']}, {window['end']}), validation from {window['validation_start']},"
-            f" test from {window['test_start']}: {origin}",
+            f" test from {window['test_start']}: {split_from}",
             ops={case.key("training_set").to_python_identifier(): {"config": window}},
         )
         model = AssetRun(False, "")
