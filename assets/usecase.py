@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from resources.sources import RawSource
 
 TASKS = ("binary", "regression")
+GRAINS = ("event", "entity_day")
+"""What one row of an event table is (`EventTable.grain`)."""
 PREDICTED_AT = ("event", "day_start")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -104,6 +106,12 @@ class EventTable:
     """Applied to each published chunk (e.g. flags derived from the row), Dagster-free."""
     counted_flags: tuple[str, ...] = ()
     """Boolean columns (after `publish`) whose true values are counted in the metadata."""
+    grain: Literal["event", "entity_day"] | None = None
+    """What one row is: `"event"`, one of possibly many events of an entity on a day, told apart
+    by the contract's natural key (the event key, by which the per-event feature views and the
+    label view are keyed, the entity's key carried as a field); `"entity_day"`, an entity's
+    day, the natural key the entity's column alone. None: not said (a table of another shape,
+    such as hourly observations)."""
     ahead: bool = False
     """Published before its day begins (a schedule, a plan, a calendar): what a day's
     predictions may read of the day itself. The run that predicts a day ingests it then; every
@@ -388,6 +396,19 @@ class UseCase:
         if len(set(names)) != len(names):
             raise _refuse(self.name, "tables", f"names repeat: {sorted(names)}")
         for table in self.event_tables:
+            if table.grain is not None and table.grain not in GRAINS:
+                raise _refuse(
+                    self.name,
+                    f"event_tables[{table.name}].grain",
+                    f"{table.grain!r} is not one of {GRAINS}",
+                )
+            if table.grain == "entity_day" and len(table.contract.natural_key) != 1:
+                raise _refuse(
+                    self.name,
+                    f"event_tables[{table.name}].grain",
+                    f"a row per entity and day is keyed by the entity alone, not by"
+                    f" {table.contract.natural_key}; declare grain='event' if a row is an event",
+                )
             for reference in table.contract.references:
                 if reference.split(".")[0] not in dimensions:
                     raise _refuse(

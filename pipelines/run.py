@@ -111,7 +111,7 @@ def training_split(
     (the default window's where one is left out) split by `window.shares`."""
     declared = case.window.default
     if declared and start is None and end is None:
-        return dict(declared), f"the dates {case.name}'s declaration gives (window.default)"
+        return dict(declared), f"the split {case.name} declares (window.default)"
     first, last = default_window(case)
     start, end = start or first, end or last
     shares = "/".join(f"{share:.0%}" for share in case.window.shares)

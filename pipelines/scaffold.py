@@ -1,15 +1,28 @@
 """Lay out a new use case from a sample of its event table.
 
     python -m pipelines.scaffold NAME --data CSV --entity COL --timestamp COL --label COL \\
-        --task binary|regression [--timezone TZ] [--table TABLE] [--root DIR] [--drops DIR] \\
-        [--write-drops]
+        --task binary|regression [--event-key COL[,COL]] [--as-feature COL] [--timezone TZ] \\
+        [--table TABLE] [--root DIR] [--drops DIR] [--write-drops]
 
-The sample is one CSV with a row per entity and event, the label in the same row, known at the
+The sample is one CSV with a row per event of an entity, the label in the same row, known at the
 end of the event's day. From it the command infers each column's kind and writes the files a use
 case is made of (`FILES`): its declaration, contract and feature functions
 (`usecases/NAME/`), its Feast module (`feature_repo/NAME.py`), and its line in
 `usecases/__init__.py`. What a person must still decide is marked TODO in them. With
 `--write-drops` it also cuts the sample into the daily drops the declaration reads.
+
+What it infers, and says so in the files and its summary (each warning ends with what to
+declare instead):
+- the table's grain (`EventTable.grain`): one row per entity and day when no entity has two
+  rows on a day, else one row per event. Events are told apart by an event key (`--event-key`,
+  else the first of: a column unique in the sample, the entity and an identifier column unique
+  together, the entity and the event time unique together): the per-event feature view and the
+  label view are keyed by it, the label view carries the entity's key as a field, and the
+  contract's natural key is it;
+- `min_rows=0` when the sample has days without a row (an empty drop is then a day without
+  events, published empty), else 1;
+- an integer column that names something (an `id` in its name, or nearly as many distinct
+  values as rows) is no feature unless `--as-feature` says it is a quantity.
 
 The generated files come from `usecases/scaffold_templates/`; the lines that depend on the
 sample are laid out here as `ruff format` lays them out.
@@ -59,11 +72,15 @@ EPOCH_MS_FROM = 1e11
 WINDOWS_DAYS = (7, 28)
 """The entity history's windows (`features.WINDOWS_DAYS` of a generated use case)."""
 IDENTIFIER_SHARE = 0.5
-"""A text column with more distinct values than this share of its rows reads like an identifier."""
+"""A text or integer column with more distinct values than this share of its rows reads like an
+identifier."""
+GRAINS = ("entity_day", "event")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DATE_LIKE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 _PLAIN = re.compile(r"^[^\"\\\x00-\x1f]+$")
+_ID_NAME = re.compile(r"(?i:(?:^|_)(?:id|key))$|[a-z0-9](?:Id|ID|Key)$")
+"""A name that says its column identifies something: `id`, `item_id`, `ITEM_KEY`, `itemId`."""
 
 Kind = Literal["number", "text", "timestamp"]
 Role = Literal["entity", "timestamp", "label", "number", "category", "skipped"]
@@ -91,6 +108,10 @@ class Options:
     drops: Path | None = None
     """The drop folder the declaration reads; None: `usecases/NAME/drops`."""
     write_drops: bool = False
+    event_key: tuple[str, ...] = ()
+    """The columns that tell one event from another; empty: inferred when events repeat."""
+    as_features: tuple[str, ...] = ()
+    """Identifier-like number columns that are features all the same (quantities)."""
 
     @property
     def package(self) -> Path:
@@ -131,7 +152,23 @@ class Layout:
     """How the sample writes its event times (epoch seconds, ISO-8601 with offsets, ...)."""
     entities: int
     repeated: int
-    """Rows whose (entity, local day) an earlier row already has: the contract quarantines them."""
+    """Rows whose (entity, local day) an earlier row already has: a row is then an event."""
+    event_columns: tuple[str, ...] = ()
+    """The raw columns of the event key (grain `event`); empty: a row is an entity's day."""
+    event_key_reason: str = ""
+    """Why those columns: given, or what the sample shows of them."""
+
+    @property
+    def grain(self) -> str:
+        return "event" if self.event_columns else "entity_day"
+
+    @property
+    def empty_days(self) -> list[dt.date]:
+        """The local days from the first to the last without a row in the sample."""
+        seen = set(self.days)
+        span = (self.last - self.first).days + 1
+        every = (self.first + dt.timedelta(days=offset) for offset in range(span))
+        return [day for day in every if day not in seen]
 
     @property
     def name(self) -> str:
@@ -180,6 +217,18 @@ class Layout:
         return f"{self.entity_name}_history"
 
     @property
+    def event_key(self) -> str:
+        """The event key's join key (grain `event`): its column's name, or `<row>_key`."""
+        if len(self.event_columns) == 1:
+            return snake_case(self.event_columns[0])
+        return f"{self.row}_key"
+
+    @property
+    def event_entity(self) -> str:
+        """The Feast entity of an event: the row's name, unless the entity has it already."""
+        return self.row if self.row != self.entity_name else f"{self.row}_event"
+
+    @property
     def label_feature(self) -> str:
         return snake_case(self.options.label)
 
@@ -219,6 +268,15 @@ def survey(options: Options) -> Layout:
             )
     if len(set(given.values())) < len(given):
         raise ScaffoldError(f"--entity, --timestamp and --label must be three columns: {given}")
+    for flag, named in (("--event-key", options.event_key), ("--as-feature", options.as_features)):
+        for column in named:
+            if column not in sample.columns:
+                raise ScaffoldError(
+                    f"{flag} {column!r}: {options.data.name} has no such column;"
+                    f" its columns are {list(sample.columns)}"
+                )
+    if options.label in options.event_key:
+        raise ScaffoldError(f"--event-key: the label {options.label!r} cannot tell events apart")
     for column in sample.columns:
         if not _PLAIN.match(str(column)):
             raise ScaffoldError(f"column {column!r}: a name without quotes, backslashes or breaks")
@@ -233,15 +291,20 @@ def survey(options: Options) -> Layout:
             " training window needs (train, validation, test)"
         )
     keys = pd.DataFrame({"entity": sample[options.entity], "day": days})
+    repeated = int(keys.duplicated().sum())
+    columns = tuple(_column(sample[c], options) for c in sample.columns)
+    event_columns, reason = _event_key(sample, columns, options, repeated)
     layout = Layout(
         options=options,
         table=options.table or _table_name(options.data),
-        columns=tuple(_column(sample[c], options) for c in sample.columns),
+        columns=columns,
         sample=sample,
         times=times,
         timestamp_form=form,
         entities=int(sample[options.entity].nunique()),
-        repeated=int(keys.duplicated().sum()),
+        repeated=repeated,
+        event_columns=event_columns,
+        event_key_reason=reason,
     )
     _check_names(layout)
     return layout
@@ -340,6 +403,10 @@ def _column(values: pd.Series, options: Options) -> Column:
     if name == options.label:
         return Column(name, "number", "label", required, f"the label: {_range(values)}")
     if numeric:
+        identifier = identifier_like(values)
+        if identifier and name not in options.as_features:
+            note = f"an identifier ({identifier}), no feature: `--as-feature {name}` if a quantity"
+            return Column(name, "number", "skipped", required, _range(values), note=note)
         return Column(name, "number", "number", required, _range(values), snake_case(name))
     text = known.astype(str)
     if len(text) and text.str.match(_DATE_LIKE).all():
@@ -354,6 +421,74 @@ def _column(values: pd.Series, options: Options) -> Column:
     if distinct > 5:
         observed += ", ..."
     return Column(name, "text", "category", required, observed, snake_case(name), note)
+
+
+def identifier_like(values: pd.Series) -> str:
+    """Why a number column reads like an identifier (empty: it does not): an integer column
+    whose name says so, or with nearly as many distinct values as rows."""
+    known = values.dropna()
+    if known.empty or not (known == known.round()).all():
+        return ""
+    name = str(values.name)
+    if _ID_NAME.search(name):
+        return f"integers named {name!r}"
+    distinct = known.nunique()
+    if distinct > 1 and distinct > IDENTIFIER_SHARE * len(known):
+        return f"{distinct:,} distinct integers in {len(known):,} rows"
+    return ""
+
+
+def _event_key(
+    sample: pd.DataFrame, columns: Sequence[Column], options: Options, repeated: int
+) -> tuple[tuple[str, ...], str]:
+    """The raw columns that tell one event from another, and why they do; none when no entity
+    has two rows on a day and none were given (a row is then an entity's day)."""
+    if options.event_key:
+        key = options.event_key
+        if key == (options.entity,):
+            raise ScaffoldError(
+                f"--event-key {options.entity}: the entity (--entity) has many events; declare"
+                " the columns that tell its events apart"
+            )
+        if (missing := int(sample[list(key)].isna().any(axis=1).sum())) > 0:
+            raise ScaffoldError(
+                f"--event-key {','.join(key)}: {missing:,} row(s) have no key; an event key is"
+                " never missing"
+            )
+        if (twice := int(sample.duplicated(list(key)).sum())) > 0:
+            raise ScaffoldError(
+                f"--event-key {','.join(key)}: {twice:,} row(s) repeat a key of an earlier row;"
+                " declare the columns that tell every event apart"
+            )
+        return key, "given with --event-key"
+    if not repeated:
+        return (), ""
+    entity, rows = options.entity, len(sample)
+
+    def unique(key: tuple[str, ...]) -> bool:
+        return not sample[list(key)].isna().any().any() and not sample.duplicated(list(key)).any()
+
+    others = [c.name for c in columns if c.role in ("skipped", "category", "number")]
+    singles = [c for c in others if not pd.api.types.is_float_dtype(sample[c])]
+    for column in singles:
+        if unique((column,)):
+            return (column,), f"`{column}` is unique in the sample's {rows:,} rows"
+    identifiers = [c.name for c in columns if c.role == "skipped" and c.kind == "number"]
+    categories = [c.name for c in columns if c.role == "category"]
+    for column in [*identifiers, *categories]:
+        if unique((entity, column)):
+            return (entity, column), (
+                f"`{entity}` and `{column}` are unique together in the sample's {rows:,} rows"
+            )
+    if unique((entity, options.timestamp)):
+        return (entity, options.timestamp), (
+            f"no two of the sample's {rows:,} rows share `{entity}` and `{options.timestamp}`"
+        )
+    raise ScaffoldError(
+        f"{repeated:,} row(s) repeat an entity's day, so a row is an event, and no column (nor"
+        f" `{entity}` with another, nor with `{options.timestamp}`) tells the events apart;"
+        " declare the columns that do: --event-key COL[,COL]"
+    )
 
 
 def _range(values: pd.Series) -> str:
@@ -378,6 +513,13 @@ def _check_names(layout: Layout) -> None:
             " label to learn from"
         )
     seen: dict[str, str] = {layout.key: layout.options.entity, "event_timestamp": "(Feast)"}
+    if layout.grain == "event":
+        if layout.event_key in seen:
+            raise ScaffoldError(
+                f"the event key's name {layout.event_key!r} is taken by"
+                f" {seen[layout.event_key]!r}; name the table with --table"
+            )
+        seen[layout.event_key] = ",".join(layout.event_columns)
     for column in features:
         if column.feature in seen:
             raise ScaffoldError(
@@ -446,7 +588,23 @@ def _declaration(layout: Layout) -> dict[str, str]:
         )
     label = [f"view={_q(layout.outcomes_table)}", f"column={_q(layout.label_feature)}"]
     label += [f"task={_q(options.task)}", f"table={_q(layout.outcomes_table)}"]
-    event_table = [layout.contract, _q("The day's events, one row per entity and event.")]
+    if layout.grain == "event":
+        described = f"The day's events, many a {options.entity}'s, one a row."
+    else:
+        described = f"The day's events, one per {options.entity} and day."
+    event_table = [layout.contract, _q(described), f"grain={_q(layout.grain)}"]
+    if layout.empty_days:
+        empty = (
+            "        # The sample has days without a row: `min_rows=0` (contracts.py) publishes"
+            " an empty drop as a day without events; a day without a drop still fails its run."
+        )
+    else:
+        empty = (
+            "        # TODO: what an empty day means. With `min_rows=1` (contracts.py) a day"
+            " without events is refused, and a day without a drop fails its run: right where"
+            " every day has events; otherwise lower `min_rows` and say what an entity's missing"
+            " day means for its history."
+        )
     return {
         **_common(layout),
         "title": f"The {layout.name} use case: `{options.label}` ({options.task}) per event.",
@@ -461,6 +619,7 @@ def _declaration(layout: Layout) -> dict[str, str]:
         "start": layout.first.isoformat(),
         "end": (layout.last + dt.timedelta(days=1)).isoformat(),
         "event_table": _call("EventTable", event_table, indent=8, tail=","),
+        "empty_days_comment": _fit(empty),
         "label_line": _call("label=Label", label, indent=4, tail=","),
         "window_days": str(days),
         **{f"window_{part}": day for part, day in window.items()},
@@ -487,13 +646,93 @@ def _contracts(layout: Layout) -> dict[str, str]:
                 " offset (`--write-drops`: UTC, with a `Z`)"
             )
         lines += [_fit(f"        {comment}"), _call("ColumnRule", arguments, indent=8, tail=",")]
-    return {**_common(layout), "rows": f"{len(layout.sample):,}", "rules": "\n".join(lines)}
+    options = layout.options
+    if layout.grain == "event":
+        key = [
+            f"    # One row per event (a `{options.entity}` may have many a day), told apart by"
+            f" {_names(layout.event_columns)}: {layout.event_key_reason}.",
+        ]
+        row_doc = (
+            f"One row per event of a `{options.entity}`, its label `{options.label}` in the same"
+            " row."
+        )
+    else:
+        key = [
+            f"    # One row per `{options.entity}` and day: no `{options.entity}` has two rows on"
+            " a day of the sample. TODO: if a row is an event, declare the columns that tell"
+            " events apart here (and scaffold with `--event-key`).",
+        ]
+        row_doc = f"One row per `{options.entity}` and day, its label `{options.label}` in it."
+    columns = layout.event_columns or (options.entity,)
+    key.append(f"    natural_key={_tuple(columns)},")
+    if empty := layout.empty_days:
+        rows = [
+            f"    # {len(empty):,} day(s) of the sample have no row (the first {empty[0]}): an"
+            " empty drop is a day without events, published empty. TODO: `min_rows=1` if a day"
+            " always has events (an empty drop is then refused as an outage).",
+            "    min_rows=0,",
+        ]
+    else:
+        rows = [
+            "    # Every day of the sample has rows: an empty drop is refused. TODO:"
+            " `min_rows=0` if a day may have no events.",
+            "    min_rows=1,",
+        ]
+    return {
+        **_common(layout),
+        "rows": f"{len(layout.sample):,}",
+        "rules": "\n".join(lines),
+        "natural_key": "\n".join(_fit(line) for line in key),
+        "min_rows": "\n".join(_fit(line) for line in rows),
+        "row_doc": row_doc,
+    }
+
+
+def _tuple(texts: Sequence[str]) -> str:
+    """A tuple of string literals as ruff writes it: `("a",)`, `("a", "b")`."""
+    return f"({_q(texts[0])},)" if len(texts) == 1 else f"({', '.join(map(_q, texts))})"
+
+
+def _names(columns: Sequence[str]) -> str:
+    return " and ".join(f"`{c}`" for c in columns)
 
 
 def _features(layout: Layout) -> dict[str, str]:
     dtype = "Int64" if layout.options.task == "binary" else "float64"
+    entity_key = '            KEY: rows[ENTITY].astype("string"),'
+    if layout.grain == "event":
+        constants = (
+            f"EVENT_COLUMNS = {_tuple(layout.event_columns)}\n"
+            + _fit(
+                '"""The raw columns that tell one event from another (the contract\'s natural'
+                f' key): {layout.event_key_reason}."""'
+            )
+            + f"\nEVENT_KEY = {_q(layout.event_key)}\n"
+            + _fit(
+                '"""An event\'s join key in the per-event tables: the text of `EVENT_COLUMNS`,'
+                ' joined by `:`."""'
+            )
+            + "\n"
+        )
+        row_keys = f"            EVENT_KEY: event_key(rows),\n{entity_key}"
+        keyed_by = "keyed by the event (`EVENT_KEY`), with the entity's `KEY` as a field"
+        event_key_def = (
+            "def event_key(rows: pd.DataFrame) -> pd.Series:\n"
+            '    """Each row\'s event key: the text of its `EVENT_COLUMNS`, joined by `:`."""\n'
+            '    key = rows[EVENT_COLUMNS[0]].astype("string")\n'
+            "    for column in EVENT_COLUMNS[1:]:\n"
+            '        key = key + ":" + rows[column].astype("string")\n'
+            "    return key\n\n\n"
+        )
+    else:
+        constants, row_keys, event_key_def = "", entity_key, ""
+        keyed_by = "keyed by the entity (`KEY`): one row per entity and day"
     return {
         **_common(layout),
+        "event_constants": constants,
+        "row_keys": row_keys,
+        "keyed_by": keyed_by,
+        "event_key_def": event_key_def,
         "numbers": _mapping(layout.role("number")),
         "categories": _mapping(layout.role("category")),
         "label_dtype": dtype,
@@ -548,8 +787,50 @@ def _feast(layout: Layout) -> dict[str, str]:
         for table, description in descriptions.items()
     ]
     types = {"Int64", "Float64"} | ({"String"} if layout.role("category") else set())
+    if layout.grain == "event":
+        event_var = layout.event_entity
+        taken |= {entity_var}
+        if keyword.iskeyword(event_var) or event_var in taken or event_var in _FEAST_NAMES:
+            event_var = f"{event_var}_event"
+        types.add("String")
+        event = {
+            "entity_comment": "# The entity: the history is keyed by it; the label view has it.",
+            "event_entity": (
+                "# An event: the per-event views and the label view are keyed by it.\n"
+                f"{event_var} = Entity(\n"
+                f"    name={_q(layout.event_entity)},\n"
+                f"    join_keys=[{_q(layout.event_key)}],\n"
+                "    value_type=ValueType.STRING,\n"
+                + _fit(f"    description={_q(f'One event: {_names(layout.event_columns)}.')},")
+                + "\n)\n"
+            ),
+            "event_ttl_comment": (
+                "# An event's own row is stamped at the event's instant, as its entity row is,\n"
+                "# and keyed by the event: a TTL of a second finds it, never another event's (a\n"
+                "# training set refuses entity rows whose key repeats within it).\n"
+            ),
+            "row_entity": event_var,
+            "outcome_key_field": _field(layout.key, "String") + "\n",
+            "label_rows_comment": (
+                f": they carry the key of every view of the service (`{layout.key}` a field)"
+            ),
+        }
+    else:
+        event = {
+            "entity_comment": "# The entity: every view is keyed by it.",
+            "event_entity": "",
+            "event_ttl_comment": (
+                "# An event's own row is stamped at the event's instant, as its entity row is: a"
+                " TTL of a second\n# finds it, and never an earlier event of the entity (one a"
+                " day: they are hours apart).\n"
+            ),
+            "row_entity": entity_var,
+            "outcome_key_field": "",
+            "label_rows_comment": "",
+        }
     return {
         **_common(layout),
+        **event,
         "entity_var": entity_var,
         "entity_name": layout.entity_name,
         "types": ", ".join(sorted(types)),
@@ -697,6 +978,58 @@ def write_drops(layout: Layout, folder: Path) -> list[Path]:
     return written
 
 
+def warnings(layout: Layout) -> list[str]:
+    """What the command inferred that a person should know, each ending with what to declare
+    if the inference is wrong."""
+    options, found = layout.options, []
+    contracts = f"usecases/{layout.name}/contracts.py"
+    if layout.grain == "event":
+        given = options.event_key == layout.event_columns
+        found.append(
+            (
+                f"{layout.repeated:,} row(s) repeat an entity's day: a row is an event"
+                if layout.repeated
+                else "a row is an event (--event-key)"
+            )
+            + f' (grain="event"), told apart by {_names(layout.event_columns)}'
+            f" ({layout.event_key_reason}): the contract's natural key, the join key"
+            f" `{layout.event_key}` of {layout.features_table} and {layout.outcomes_table}."
+            + (
+                ""
+                if given
+                else " If they do not tell every event apart, declare the columns that do:"
+                " --event-key COL[,COL]."
+            )
+        )
+    if empty := layout.empty_days:
+        found.append(
+            f"{len(empty):,} day(s) of the sample have no row ({_days(empty)}): an empty drop is"
+            f" published as a day without events (min_rows=0 in {contracts}). If a day always"
+            " has events, declare min_rows=1 there."
+        )
+    for column in layout.columns:
+        if column.role == "skipped" and column.kind == "number":
+            why = identifier_like(layout.sample[column.name])
+            found.append(
+                f"`{column.name}` reads like an identifier ({why}):"
+                f" not made a feature. If it is a quantity, declare it one: --as-feature"
+                f" {column.name}."
+            )
+        elif column.role == "category" and column.note:
+            found.append(
+                f"`{column.name}` has {column.note.split(':')[0]}: made a category, though it"
+                " reads like an identifier. If it names something, declare it no feature: leave"
+                " it out of CATEGORIES"
+                f" in usecases/{layout.name}/features.py and of feature_repo/{layout.name}.py."
+            )
+    return found
+
+
+def _days(days: Sequence[dt.date], shown: int = 3) -> str:
+    text = ", ".join(day.isoformat() for day in days[:shown])
+    return text + (f" and {len(days) - shown:,} more" if len(days) > shown else "")
+
+
 def summary(layout: Layout, done: Scaffolded) -> str:
     """What was written, and what to do next."""
     options, name = layout.options, layout.name
@@ -724,11 +1057,7 @@ def summary(layout: Layout, done: Scaffolded) -> str:
             f"  not registered: add `from usecases.{name} import USE_CASE as {name.upper()}`"
             f" and {name.upper()} to USE_CASES in {shown(root / 'usecases' / '__init__.py')}",
         ]
-    if layout.repeated:
-        lines.append(
-            f"Warning: {layout.repeated:,} row(s) repeat an entity's day: the contract's key"
-            " quarantines them."
-        )
+    lines += [f"Warning: {warning}" for warning in warnings(layout)]
     if done.drops:
         lines.append(
             f"Drops: {len(done.drops)} days of {layout.table} in {shown(options.drop_folder)}."
@@ -759,6 +1088,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timestamp", required=True, help="the column of the event's time")
     parser.add_argument("--label", required=True, help="the column of the label")
     parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument(
+        "--event-key",
+        metavar="COL[,COL]",
+        help="the columns that tell one event from another (default: inferred when an entity"
+        " has several rows a day)",
+    )
+    parser.add_argument(
+        "--as-feature",
+        metavar="COL",
+        action="append",
+        default=[],
+        help="a number column that reads like an identifier but is a quantity (repeatable)",
+    )
     parser.add_argument("--timezone", default="UTC", help="the days' time zone (default UTC)")
     parser.add_argument("--table", help="the event table's name (default: the file's stem)")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the project folder")
@@ -779,6 +1121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         root=args.root.absolute(),
         drops=args.drops,
         write_drops=args.write_drops,
+        event_key=tuple(c.strip() for c in (args.event_key or "").split(",") if c.strip()),
+        as_features=tuple(args.as_feature),
     )
     try:
         layout = survey(options)

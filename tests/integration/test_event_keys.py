@@ -166,7 +166,9 @@ def test_the_training_set_refuses_rows_whose_key_repeats_within_the_ttl(
     )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
-    message = failure.step_failure_data.user_failure_data.description
+    refusal = failure.step_failure_data.user_failure_data  # a dg.Failure, not a crash
+    assert refusal is not None and refusal.description is not None
+    message = refusal.description
     assert "2 of 5 entity rows of view 'event_outcomes' repeat its join key (user_id)" in message
     assert "within 1 s, its TTL" in message
     assert f"user_id=u1 at {SAME_SECOND.isoformat()} (2 rows)" in message

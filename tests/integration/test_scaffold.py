@@ -1,8 +1,11 @@
 """`python -m pipelines.scaffold` lays out a use case that runs as it is: a sample of events made
 here (seeded; epoch-second timestamps on purpose, local days in Chicago) is scaffolded into a
 temporary project, the generated package is imported from there, and its declaration is taken
-through the generic stages: the Feast registry, every day's `daily_partition`, a training set, a
-small model through the gate, and a day scored by the champion.
+through the generic stages as `make run` takes it: the Feast registry, every day's
+`daily_partition`, a training set over the declared split, a small model through the gate, and a
+day scored by the champion. Two samples: one row per customer and day, and event data (many
+ratings per user a day, some a second apart or in the same second, days without any, an item id
+column).
 
 The refusals are unit tests of the command line (marked `unit`)."""
 
@@ -32,15 +35,15 @@ from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
+from tests.samples import DAYS, EMPTY_DAYS, FIRST, TIMEZONE, write_events
 
-pytestmark = pytest.mark.integration
+# The first test on each lifecycle fixture carries its build: a use case through every stage, a
+# few minutes on a quiet 2-core machine, several times that on a busy one.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "churn_sample"
 """A name no real use case has: the generated package is put in `sys.modules` under it."""
-TIMEZONE = "America/Chicago"
-FIRST = dt.date(2024, 3, 1)
-DAYS = 24
 ENTITIES = 25
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 TRAIN = {"optim": {"max_epochs": 3, "batch_size": 64}}
@@ -76,6 +79,9 @@ def write_sample(path: Path, days: int = DAYS) -> Path:
             )
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
+
+
+EVENT_NAME = "ratings_sample"
 
 
 def run_scaffold(*argv: str) -> str:
@@ -114,6 +120,7 @@ def forget(name: str) -> None:
 
 @dataclass
 class Project:
+    name: str
     root: Path
     home: Path
     summary: str
@@ -134,7 +141,9 @@ class Project:
         return result
 
     def lake(self, asset: str, day: dt.date) -> pd.DataFrame:
-        return pd.read_parquet(self.home / "lake" / NAME / asset / f"{day.isoformat()}.parquet")
+        return pd.read_parquet(
+            self.home / "lake" / self.name / asset / f"{day.isoformat()}.parquet"
+        )
 
 
 def metadata(result: dg.ExecuteInProcessResult, case: UseCase, asset: str) -> dict:
@@ -145,8 +154,8 @@ def metadata(result: dg.ExecuteInProcessResult, case: UseCase, asset: str) -> di
     raise KeyError(asset)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+def new_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder with the registry of use cases and Feast's settings, and nothing else."""
     root = tmp_path_factory.mktemp("project")
     (root / "usecases").mkdir()
     shutil.copyfile(REPO / "usecases" / "__init__.py", root / "usecases" / "__init__.py")
@@ -154,13 +163,33 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     shutil.copyfile(
         REPO / "feature_repo" / "feature_store.yaml", root / "feature_repo" / "feature_store.yaml"
     )
+    return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    root = new_project(tmp_path_factory)
     sample = write_sample(root / "customer_events.csv")
+    yield from lifecycle(root, NAME, sample, "customer_id", "churned")
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    root = new_project(tmp_path_factory)
+    sample = write_events(root / "ratings.csv")
+    yield from lifecycle(root, EVENT_NAME, sample, "user_id", "liked")
+
+
+def lifecycle(root: Path, name: str, sample: Path, entity: str, label: str) -> Iterator[Project]:
+    """Use case `name` scaffolded from `sample` (a binary label, times in `ts`) and taken through
+    every stage as `make run` takes it, with no edit: every day of its drops, the declared split,
+    the model, the first test day scored."""
     summary = run_scaffold(
-        *(NAME, "--data", str(sample), "--entity", "customer_id", "--timestamp", "ts"),
-        *("--label", "churned", "--task", "binary", "--timezone", TIMEZONE),
+        *(name, "--data", str(sample), "--entity", entity, "--timestamp", "ts"),
+        *("--label", label, "--task", "binary", "--timezone", TIMEZONE),
         *("--root", str(root), "--write-drops"),
     )
-    case = import_use_case(root, NAME)
+    case = import_use_case(root, name)
     home = root / "home"
     resources = local_resources(home)
     resources[source_key(case)] = case.source()  # the declaration's own drop folder
@@ -177,7 +206,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     try:
         with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
             defs = definitions(resources, use_cases=(case,))
-            project = Project(root, home, summary, case, defs, instance, {})
+            project = Project(name, root, home, summary, case, defs, instance, {})
             assert project.run("apply_feature_registry").success
             for offset in range(DAYS):
                 day = (FIRST + dt.timedelta(days=offset)).isoformat()
@@ -191,7 +220,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
             project.run("score_day", case.window.default["test_start"])
             yield project
     finally:
-        forget(NAME)
+        forget(name)
 
 
 def test_the_summary_lists_the_files_a_use_case_touches_and_what_to_do_next(project: Project):
@@ -260,16 +289,7 @@ def test_the_declaration_is_inferred_from_the_sample(project: Project):
 
 
 def test_every_stage_ran_from_ingestion_to_the_scored_day(project: Project):
-    failed = {
-        name: [
-            f"{event.step_key}: {error.message.strip()}"
-            for event in result.all_events
-            if (error := getattr(event.event_specific_data, "error", None)) is not None
-        ]
-        for name, result in project.runs.items()
-        if not result.success
-    }
-    assert failed == {}
+    assert failures(project) == {}
     day = FIRST + dt.timedelta(days=DAYS - 1)
     daily = project.runs[f"daily_partition:{day.isoformat()}"]
     done = {
@@ -338,6 +358,99 @@ def test_a_regression_with_iso_times_and_another_drop_folder_is_laid_out_clean(t
     assert len(list((tmp_path / "elsewhere" / "visits_per_day").glob("*.csv"))) == 6
 
 
+def failures(project: Project) -> dict[str, list[str]]:
+    """Each failed run's failed steps and why."""
+    return {
+        name: [
+            f"{event.step_key}: {error.message.strip()}"
+            for event in result.all_events
+            if (error := getattr(event.event_specific_data, "error", None)) is not None
+        ]
+        for name, result in project.runs.items()
+        if not result.success
+    }
+
+
+def test_event_data_runs_end_to_end_with_no_edit(events: Project):
+    assert failures(events) == {}
+    for offset in EMPTY_DAYS:  # published empty, not refused
+        day = FIRST + dt.timedelta(days=offset)
+        assert events.runs[f"daily_partition:{day.isoformat()}"].success
+        assert events.lake(f"validated_{events.case.event_tables[0].name}", day).empty
+    evaluation = metadata(events.runs["train_model:None"], events.case, "model_evaluation")
+    assert evaluation["decision"] == "promote"
+
+
+def test_event_data_is_declared_as_events_keyed_by_what_tells_them_apart(events: Project):
+    (table,) = events.case.event_tables
+    assert table.grain == "event"
+    assert table.contract.natural_key == ("user_id", "item_id")  # item_id alone repeats
+    assert table.contract.min_rows == 0  # the sample has empty days
+    features = (events.root / "usecases" / EVENT_NAME / "features.py").read_text()
+    assert 'EVENT_COLUMNS = ("user_id", "item_id")' in features
+    assert 'EVENT_KEY = "rating_key"' in features
+    assert '"item_id": ' not in features  # an identifier, no feature
+    feast = (events.root / "feature_repo" / f"{EVENT_NAME}.py").read_text()
+    assert 'join_keys=["rating_key"]' in feast and 'Field(name="user_id", dtype=String)' in feast
+
+
+def test_every_event_is_joined_to_its_own_row_even_in_the_same_second(events: Project):
+    training = pd.read_parquet(events.home / "lake" / EVENT_NAME / "training_set" / "data.parquet")
+    assert not [c for c in training.columns if c.endswith("__item_id")]
+    sample = pd.read_csv(events.root / "ratings.csv")
+    sample["rating_key"] = sample["user_id"].astype(str) + ":" + sample["item_id"].astype(str)
+    window = events.case.window.default
+    local = pd.to_datetime(sample["ts"], unit="s", utc=True).dt.tz_convert(TIMEZONE)
+    day = local.dt.strftime("%Y-%m-%d")
+    inside = sample[(day >= window["start"]) & (day < window["end"])]
+    same_second = inside.duplicated(["user_id", "ts"], keep=False)
+    assert same_second.sum() >= 10  # the rows the old shape joined to one another
+    joined = training.merge(inside, on="rating_key", validate="one_to_one")
+    assert len(joined) == len(training) == len(inside)
+    assert (joined["rating_features__price"] == joined["price"]).all()
+    assert (joined["rating_features__genre"] == joined["genre"]).all()
+    assert (joined["liked_x"] == joined["liked_y"]).all()
+
+
+def test_the_summary_says_what_it_inferred_and_what_to_declare_instead(events: Project):
+    warnings = [line for line in events.summary.splitlines() if line.startswith("Warning: ")]
+    assert len(warnings) == 3, warnings
+    events_line, empty_line, id_line = warnings
+    assert 'a row is an event (grain="event"), told apart by `user_id` and `item_id`' in events_line
+    assert events_line.endswith("declare the columns that do: --event-key COL[,COL].")
+    assert "3 day(s) of the sample have no row (2024-03-06, 2024-03-14, 2024-03-18)" in empty_line
+    assert empty_line.endswith("If a day always has events, declare min_rows=1 there.")
+    assert id_line.startswith("Warning: `item_id` reads like an identifier (integers named")
+    assert id_line.endswith("declare it one: --as-feature item_id.")
+
+
+def test_an_identifier_becomes_a_feature_when_declared_one(tmp_path: Path):
+    write_events(tmp_path / "ratings.csv", days=4)
+    summary = run_scaffold(
+        *("rated", "--data", str(tmp_path / "ratings.csv"), "--entity", "user_id"),
+        *("--timestamp", "ts", "--label", "liked", "--task", "binary", "--root", str(tmp_path)),
+        *("--event-key", "user_id,item_id", "--as-feature", "item_id"),
+    )
+    features = (tmp_path / "usecases" / "rated" / "features.py").read_text()
+    assert '"item_id": "item_id",' in features and "reads like an identifier" not in summary
+    assert "(given with --event-key)" in summary and "--event-key COL" not in summary
+
+
+@pytest.mark.unit
+def test_events_no_column_tells_apart_are_refused_with_what_to_declare(tmp_path, capsys):
+    frame = pd.DataFrame(
+        {"user": ["a", "a", "a", "b"], "at": [1709300000, 1709300000, 1709300000, 1709500000],
+         "spent": [1.0, 1.0, 2.0, 3.0], "churned": [0, 1, 0, 1]}
+    )  # fmt: skip
+    frame.to_csv(tmp_path / "same.csv", index=False)
+    error = refused(capsys, *arguments(tmp_path / "same.csv", label="churned", task="binary"))
+    assert "2 row(s) repeat an entity's day, so a row is an event" in error
+    assert error.strip().endswith("declare the columns that do: --event-key COL[,COL]")
+    error = refused(capsys, *arguments(tmp_path / "same.csv", label="churned", task="binary",
+                                       **{"event-key": "user,at"}))  # fmt: skip
+    assert "--event-key user,at: 2 row(s) repeat a key of an earlier row" in error
+
+
 # Refusals: by name, before anything is written.
 
 
@@ -397,3 +510,20 @@ def test_a_binary_label_that_is_not_zero_or_one_is_refused(tiny, capsys):
     error = refused(capsys, *arguments(tiny, label="churned", task="binary"))
     assert "--label 'churned': a binary label is 0 or 1; the sample also has [2]" in error
     assert not (tiny.parent / "usecases").exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("name", "values", "identifier"),
+    [
+        ("item_id", [3, 3, 4, 5], "integers named 'item_id'"),
+        ("itemId", [3, 3, 4, 5], "integers named 'itemId'"),
+        ("paid", [0, 1, 1, 0], ""),  # ends in "id", names nothing
+        ("order_no", [101, 102, 103, 104], "4 distinct integers in 4 rows"),
+        ("amount", [1.5, 2.25, 3.0, 4.75], ""),  # a quantity, not whole numbers
+    ],
+)
+def test_a_number_column_reads_like_an_identifier_by_its_name_or_its_values(
+    name, values, identifier
+):
+    assert scaffold.identifier_like(pd.Series(values, name=name)) == identifier

@@ -52,7 +52,7 @@ def test_the_default_window_is_the_declared_one_else_the_last_days_of_the_data()
 def test_make_run_trains_on_the_declared_split_unless_given_its_days():
     split, origin = training_split(DECLARED)
     assert split == dict(DECLARED.window.default)
-    assert origin == "the dates tiny's declaration gives (window.default)"
+    assert origin == "the split tiny declares (window.default)"
     split, origin = training_split(DECLARED, start=dt.date(2024, 2, 1))
     assert (
         split
