@@ -12,3 +12,7 @@ from usecases.ridership import USE_CASE as RIDERSHIP
 USE_CASES: tuple[UseCase, ...] = (FLIGHTS, RIDERSHIP)
 """Every declared use case, served side by side in one code location; the first is `make run`'s
 default."""
+BUNDLED: tuple[UseCase, ...] = (FLIGHTS, RIDERSHIP)
+"""The use cases that come with the project, their data with them. One added later (by
+`python -m pipelines.scaffold`) joins `USE_CASES` only: the generic modules are checked against
+the bundled ones' names, not against the ordinary words (`user`, `timestamp`) of a new data set."""

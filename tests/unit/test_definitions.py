@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from assets.usecase import UseCase
 from tests.conftest import LIFECYCLE_GROUPS
 from usecases.flights import USE_CASE as FLIGHTS
 
@@ -80,37 +81,50 @@ LIFECYCLE_ASSETS = {
     "realized_performance",
 }
 """The generic stages every use case gets, beside its own tables."""
-GATE_RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
+GATE_RULES = {
+    "binary": ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+    "regression": (
+        *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+        "beats_baseline",
+    ),
+}
+BUNDLED_TABLES = {"flights": FLIGHTS_ASSETS, "ridership": RIDERSHIP_ASSETS}
+"""The bundled use cases' own assets, spelled out: what their declarations must give."""
+
+
+def declared_assets(case: UseCase) -> set[str]:
+    """A use case's assets, as its declaration names them: its event tables' raw, validated and
+    quarantined days, its dimensions and feature tables, and the generic stages."""
+    stages = ("raw", "validated", "quarantined")
+    tables = {f"{stage}_{table.name}" for table in case.event_tables for stage in stages}
+    tables |= {dimension.name for dimension in case.dimensions}
+    return tables | {spec.name for spec in case.feature_tables} | LIFECYCLE_ASSETS
+
+
+def declared_checks(case: UseCase) -> set[tuple[str, str]]:
+    """A use case's asset checks: a contract per event table, the gate's rules of its task, the
+    ONNX parity, drift and realized performance."""
+    key = case.key
+    return {
+        *((key(f"raw_{t.name}").to_user_string(), f"{t.name}_contract") for t in case.event_tables),
+        *((key("model_evaluation").to_user_string(), r) for r in GATE_RULES[case.label.task]),
+        (key("onnx_model").to_user_string(), "onnx_parity"),
+        (key("feature_drift").to_user_string(), "drift_within_thresholds"),
+        (key("realized_performance").to_user_string(), "realized_within_tested"),
+    }
 
 
 def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
-    from pipelines.definitions import defs
+    from pipelines.definitions import USE_CASES, defs
 
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert keys == {f"flights/{a}" for a in FLIGHTS_ASSETS | LIFECYCLE_ASSETS} | {
-        f"ridership/{a}" for a in RIDERSHIP_ASSETS | LIFECYCLE_ASSETS
-    }
+    assert keys == {f"{case.name}/{a}" for case in USE_CASES for a in declared_assets(case)}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {
-        ("flights/raw_flight_schedule", "flight_schedule_contract"),
-        ("flights/raw_flights", "flights_contract"),
-        ("flights/raw_weather", "weather_contract"),
-        ("ridership/raw_day_plan", "day_plan_contract"),
-        ("ridership/raw_station_days", "station_days_contract"),
-        ("ridership/raw_day_conditions", "day_conditions_contract"),
-        *(("flights/model_evaluation", rule) for rule in GATE_RULES),
-        *(("ridership/model_evaluation", rule) for rule in (*GATE_RULES, "beats_baseline")),
-        *((f"{case}/onnx_model", "onnx_parity") for case in ("flights", "ridership")),
-        *(
-            (f"{case}/feature_drift", "drift_within_thresholds")
-            for case in ("flights", "ridership")
-        ),
-        *(
-            (f"{case}/realized_performance", "realized_within_tested")
-            for case in ("flights", "ridership")
-        ),
-    }
+    assert checks == {check for case in USE_CASES for check in declared_checks(case)}
+    for case in USE_CASES:
+        if case.name in BUNDLED_TABLES:
+            assert declared_assets(case) == BUNDLED_TABLES[case.name] | LIFECYCLE_ASSETS
     key = FLIGHTS.key
     assert graph.get(key("onnx_model")).parent_keys == {
         key("model_evaluation"),

@@ -20,10 +20,28 @@ from assets.usecase import (
     Trailing,
 )
 from resources.lake import LakePartitions, LakeTable
+from usecases import USE_CASES
 from usecases.flights import USE_CASE as FLIGHTS
 from usecases.ridership import USE_CASE as RIDERSHIP
 
 pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_declared_use_cases_are_apart():
+    for attribute in ("name", "registered_model", "feature_service"):
+        values = [getattr(case, attribute) for case in USE_CASES]
+        assert len(set(values)) == len(values), (attribute, values)
+
+
+@pytest.mark.parametrize("case", USE_CASES, ids=lambda case: case.name)
+def test_each_declared_use_case_has_a_feast_module_of_its_views_and_tables(case):
+    feast = (REPO / "feature_repo" / f"{case.name}.py").read_text()
+    named = set(re.findall(r'\bname="([A-Za-z_][A-Za-z0-9_]*)"', feast))
+    assert {case.label.view, case.feature_service} <= named
+    sources = set(re.findall(r'_lake_table\(\s*"([a-z0-9_]+)"', feast))
+    assert sources and sources <= {spec.name for spec in case.feature_tables}
+    assert case.label.table in sources
 
 
 def test_the_bundled_declarations_are_valid_and_apart():
@@ -33,6 +51,13 @@ def test_the_bundled_declarations_are_valid_and_apart():
     assert FLIGHTS.name_for("retrain") == "flights_retrain"
     assert FLIGHTS.partitions.timezone == "America/New_York"
     assert RIDERSHIP.partitions.timezone == "America/Chicago"
+
+
+def _grain(grain: str, key: tuple[str, ...] | None = None) -> tuple:
+    """The flights' event tables, the first declared of `grain` (and keyed by `key`)."""
+    first, *others = FLIGHTS.event_tables
+    contract = dataclasses.replace(first.contract, natural_key=key or first.contract.natural_key)
+    return (dataclasses.replace(first, grain=grain, contract=contract), *others)
 
 
 @pytest.mark.parametrize(
@@ -56,6 +81,10 @@ def test_the_bundled_declarations_are_valid_and_apart():
         ({"prediction": Prediction(entities="nowhere")}, "prediction.entities"),
         # The outcomes table is built from the day's own flights: not known before the day.
         ({"prediction": Prediction(entities="flight_outcomes")}, "prediction.entities"),
+        ({"event_tables": _grain("hourly")}, "event_tables[flight_schedule].grain"),
+        # A day of flights of one carrier is many flights: keyed by the flight, not the carrier.
+        ({"event_tables": _grain("entity_day", ("carrier", "flight"))},
+         "event_tables[flight_schedule].grain"),
     ],
 )  # fmt: skip
 def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):
