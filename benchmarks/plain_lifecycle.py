@@ -334,7 +334,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
     with stages("read"):
         import pandas as pd
 
-        from pipelines.run import default_window, history_days
+        from pipelines.run import default_window, history_days, training_split
         from resources.sources import DropFolderSource
         from usecases.flights import USE_CASE as case
 
@@ -376,7 +376,7 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
     with stages("training set"):
         from ml.dataset import LabelSpec, TimeSplit, assemble, labelled_rows
 
-        config = case.window.config(start, last)
+        config, _ = training_split(case)  # the split `make run` trains on
         split = TimeSplit(
             **{k: dt.date.fromisoformat(v) for k, v in config.items()}, timezone=case.timezone
         )
