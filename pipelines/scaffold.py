@@ -74,7 +74,6 @@ WINDOWS_DAYS = (7, 28)
 IDENTIFIER_SHARE = 0.5
 """A text or integer column with more distinct values than this share of its rows reads like an
 identifier."""
-GRAINS = ("entity_day", "event")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DATE_LIKE = re.compile(r"^\d{4}-\d{2}-\d{2}")
