@@ -17,6 +17,7 @@ from resources.sources import DropFolderSource
 from tests.conftest import (
     GOOD_DAY,
     Lifecycle,
+    append_during_read,
     bundled_day,
     select,
     write_csv_drop,
@@ -250,6 +251,27 @@ def test_a_drop_over_the_size_limit_is_refused_before_it_is_parsed(
     limit = int(limit_mib * 2**20)
     assert f"({drop.stat().st_size} bytes), over the limit of" in text, text
     assert f"({limit} bytes, max_drop_mib)" in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+def test_a_drop_still_growing_while_it_is_ingested_is_refused_and_the_published_day_kept(
+    lifecycle: Lifecycle, drops: Path, monkeypatch: pytest.MonkeyPatch
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    day = bundled_day("flights")
+    drop = write_csv_drop(drops, "flights", GOOD_DAY, day.iloc[:660])
+    rest = write_csv_drop(drops.parent / "rest", "flights", GOOD_DAY, day.iloc[660:])
+    appended = append_during_read(monkeypatch, drop, rest.read_bytes().split(b"\n", 1)[1])
+
+    result = lifecycle.materialize(selection=select("raw_flights", "validated_flights"))
+
+    assert appended, "the producer never appended: the drop was not read"
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: rule drop_complete failed" in text, text
+    assert "is still being written: it grew from" in text, text
     assert lifecycle.path("validated_flights").read_bytes() == published
 
 
