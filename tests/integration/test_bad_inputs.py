@@ -1,6 +1,8 @@
 """Every bad input of QUALITY.md, delivered as a drop: a clear error naming the partition, the rule
 and the count; nothing downstream built; the last good published data untouched."""
 
+import gzip
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +73,17 @@ def half_a_parquet_file() -> bytes:
     return data[: len(data) // 2]
 
 
+def gzipped_day() -> bytes:
+    return gzip.compress(bundled_day("flights").to_csv(index=False).encode())
+
+
+def distance_as_text() -> bytes:
+    frame = bundled_day("flights")
+    sink = io.BytesIO()
+    frame.assign(distance=frame.distance.astype(str)).to_parquet(sink)
+    return sink.getvalue()
+
+
 def header_only() -> bytes:
     return (",".join(bundled_day("flights").columns) + "\n").encode()
 
@@ -101,12 +114,26 @@ BAD_INPUTS = {
     "header-only file": (raw_bytes(header_only), "rows.at_least_min_rows", "observed 0"),
     "corrupt file": (raw_bytes(lambda: b"PAR1\x15\x04garbage", ".parquet"), "readable_drop", None),
     "truncated file": (raw_bytes(half_a_parquet_file, ".parquet"), "readable_drop", None),
-    "missing column": (csv(lambda f: f.drop(columns=["distance"])), "columns.match_contract", None),
-    "extra column": (csv(lambda f: f.assign(note="x")), "columns.match_contract", None),
+    "gzip file named .csv": (raw_bytes(gzipped_day), "readable_drop", "is gzip-compressed"),
+    "missing column": (
+        csv(lambda f: f.drop(columns=["distance"])),
+        "columns.match_contract",
+        "observed missing: distance",
+    ),
+    "extra column": (
+        csv(lambda f: f.assign(note="x")),
+        "columns.match_contract",
+        "observed unexpected: note",
+    ),
     "renamed column": (
         csv(lambda f: f.rename(columns={"dest": "destination"})),
         "columns.match_contract",
-        None,
+        "observed missing: dest, unexpected: destination",
+    ),
+    "Parquet numbers stored as text": (
+        raw_bytes(distance_as_text, ".parquet"),
+        "distance.is_number",
+        "column of type object (declared number) on 943 rows: every value is a number stored",
     ),
     "wrong dtype": (
         csv(rows("distance", "far")),

@@ -309,7 +309,9 @@ def test_a_mistyped_column_in_chunks_is_counted_on_the_whole_day(
     assert not chunked.passed
     assert _verdicts(chunked) == _verdicts(whole)
     rule = next(r for r in chunked.rules if r.rule == "dep_delay.is_number")
-    assert rule.observed == "3 of 943 rows hold text that is not a number"
+    assert rule.observed == (
+        "column of type object (declared number): 3 of 943 rows hold text that is not a number"
+    )
     assert rule.sample == ("'late'", "'NULL'", "'?'")
 
 
@@ -474,3 +476,63 @@ def test_days_that_cannot_share_a_screening_are_left_out_of_it(tmp_path: Path):
     reports = gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS)
 
     assert sorted(reports) == ["2013-03-04", "2013-03-07"]
+
+
+@pytest.mark.parametrize(
+    ("change", "observed"),
+    [
+        (lambda f: f.assign(note="x"), "unexpected: note"),
+        (
+            lambda f: f.rename(columns={"tailnum": "tail_number"}),
+            "missing: tailnum, unexpected: tail_number",
+        ),
+        (lambda f: f.drop(columns=["distance", "dest"]), "missing: dest, distance"),
+    ],
+    ids=["extra", "renamed", "missing"],
+)
+def test_a_column_set_off_the_contract_names_the_missing_and_unexpected_columns(
+    gx_resource: GreatExpectations, change, observed: str
+):
+    report = validate_flights(gx_resource, change(bundled_day("flights")))
+
+    [rule] = [r for r in report.failed_rules if r.rule == "columns.match_contract"]
+    assert rule.observed == observed
+    assert f"rule columns.match_contract (table): observed {observed}\n" in report.summary() + "\n"
+
+
+def test_a_number_column_stored_as_text_names_the_type_found_and_declared(
+    gx_resource: GreatExpectations, tmp_path: Path
+):
+    frame = bundled_day("flights")
+    path = tmp_path / "day.parquet"
+    frame.assign(distance=frame.distance.astype(str)).to_parquet(path)  # numbers, as text
+
+    report = validate_flights(gx_resource, pd.read_parquet(path))
+
+    [rule] = [r for r in report.failed_rules if r.rule == "distance.is_number"]
+    assert rule.observed == (
+        "column of type object (declared number) on 943 rows: every value is a number stored"
+        " as object; store the column as a number"
+    )
+    assert "0 of" not in report.summary()
+
+
+def test_a_text_column_stored_as_numbers_names_the_type_found_and_declared(
+    gx_resource: GreatExpectations,
+):
+    contract = TableContract(
+        table="codes",
+        columns=(ColumnRule("code", "text"), ColumnRule("at", "timestamp")),
+        natural_key=("code",),
+        event_time="at",
+        min_rows=1,
+        max_rejected_share=0.0,
+    )
+    frame = pd.DataFrame({"code": [1, 2, 3], "at": pd.Timestamp("2013-01-02T12:00Z")})
+
+    report = gx_resource.validate_partition(
+        contract, frame, partition=GOOD_DAY, window=DAY_WINDOW, timezone=DATA_TIMEZONE
+    )
+
+    [rule] = [r for r in report.failed_rules if r.rule == "code.is_text"]
+    assert rule.observed == "column of type int64 (declared text) on 3 rows"
