@@ -30,7 +30,12 @@ from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from assets.usecase import EventTable, UseCase
-from resources.expectations import GreatExpectations, TableContract, ValidationReport
+from resources.expectations import (
+    GreatExpectations,
+    StorageError,
+    TableContract,
+    ValidationReport,
+)
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 
 if TYPE_CHECKING:
@@ -522,6 +527,10 @@ def _publish(
 
     def publish() -> "Iterator[pd.DataFrame]":
         for chunk in published.frames():
+            try:
+                chunk = contract.as_stored(chunk)
+            except StorageError as exc:
+                raise Refused(key, exc.rule, f"partition {key}: not published: {exc}") from exc
             if stage.table.publish is not None:
                 chunk = stage.table.publish(chunk)
             for flag in stage.table.counted_flags:

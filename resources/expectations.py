@@ -104,6 +104,11 @@ class ColumnRule:
     event_time_part: TimePart | None = None
     missing_values: tuple[str, ...] | None = None
     """The text that means "missing" in this column of a CSV drop; None: the contract's."""
+    stored_as: Literal["int64", "float64"] | None = None
+    """A number column's type in the published days, whatever type a day's drop gave it (a
+    Parquet day's int32, a CSV day's whole numbers where other days have a gap): one type per
+    column across the lake table. None: int64 for a day of whole numbers without a gap, float64
+    otherwise. Text columns are stored as Python objects and timestamps as UTC nanoseconds."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,9 @@ class TableContract:
         unknown = {c for rule in self.columns for c in rule.required_when_present} - set(names)
         if unknown:
             raise ValueError(f"{self.table}: required_when_present names unknown columns {unknown}")
+        stored = [r.column for r in self.columns if r.stored_as is not None and r.kind != "number"]
+        if stored:
+            raise ValueError(f"{self.table}: stored_as is for number columns, not {stored}")
 
     @property
     def column_names(self) -> list[str]:
@@ -149,6 +157,39 @@ class TableContract:
         dtypes = {"number": "float64", "text": "object", "timestamp": "datetime64[ns, UTC]"}
         kinds = {rule.column: dtypes[rule.kind] for rule in self.columns}
         return frame.astype({c: kinds[c] for c in frame.columns if c in kinds})
+
+    def as_stored(self, frame: "pd.DataFrame") -> "pd.DataFrame":
+        """`frame` (rows that passed the contract) with each declared column cast to the type
+        published days store it as (`ColumnRule.stored_as`); raises StorageError for values
+        that type cannot hold."""
+        import pandas as pd
+
+        cast = {}
+        for rule in self.columns:
+            values = frame.get(rule.column)
+            if values is None:
+                continue
+            stored = _storage(rule, values)
+            if str(values.dtype) == stored:
+                continue
+            if stored == "int64":
+                numbers = pd.to_numeric(values)
+                lost = numbers.isna() | (numbers != numbers.round())
+                if lost.any():
+                    raise StorageError(
+                        f"{rule.column}.stored_as_int64",
+                        f"{lost.sum()} of {len(frame)} rows hold a missing value or a fraction,"
+                        f" which the column's declared type int64 cannot store; e.g."
+                        f" {', '.join(repr(v) for v in values[lost].head(SAMPLE_SIZE))}",
+                    )
+            try:
+                cast[rule.column] = values.astype(stored)
+            except (ValueError, TypeError) as exc:
+                raise StorageError(
+                    f"{rule.column}.stored_as_{stored}",
+                    f"the column of type {values.dtype} cannot be stored as {stored}: {exc}",
+                ) from exc
+        return frame.assign(**cast) if cast else frame
 
     @property
     def timestamp_columns(self) -> list[str]:
@@ -165,6 +206,28 @@ class TableContract:
     @property
     def references(self) -> set[str]:
         return {rule.allowed_from for rule in self.columns if rule.allowed_from}
+
+
+class StorageError(ValueError):
+    """A published column's values that its declared type cannot hold; `rule` names the rule."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"rule {rule} failed: {message}")
+        self.rule = rule
+
+
+def _storage(rule: ColumnRule, values: "pd.Series") -> str:
+    """The dtype a published day stores the column `rule` declares as (see `stored_as`)."""
+    import pandas as pd
+
+    if rule.kind == "text":
+        return "object"
+    if rule.kind == "timestamp":
+        return "datetime64[ns, UTC]"
+    if rule.stored_as is not None:
+        return rule.stored_as
+    whole = pd.api.types.is_integer_dtype(values) and not values.hasnans
+    return "int64" if whole else "float64"
 
 
 @dataclass(frozen=True)

@@ -395,6 +395,46 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     assert str(published["time_hour"].dtype).startswith("datetime64")
 
 
+def test_a_day_is_published_with_the_types_its_contract_declares(lifecycle: Lifecycle, drops: Path):
+    """A Parquet day whose `temp` is int32 and whose `dewp` has no fraction is published with
+    the declared float64 beside CSV days of float64: one physical type per column of the lake
+    table."""
+    lifecycle.load_dimensions()
+    weather = select("raw_weather", "validated_weather", "quarantined_weather")
+    write_csv_drop(drops, "weather", "2013-01-01", bundled_day("weather", "2013-01-01"))
+    assert lifecycle.materialize("2013-01-01", selection=weather).success
+    day = bundled_day("weather")
+    drop = drops / "weather" / f"{GOOD_DAY}.parquet"
+    (drops / "weather" / f"{GOOD_DAY}.csv").unlink()
+    day.assign(
+        temp=day.temp.round().astype("int32"), dewp=day.dewp.round().astype("int64")
+    ).to_parquet(drop)
+
+    assert lifecycle.materialize(selection=weather).success
+
+    raw = pq.read_schema(lifecycle.path("raw_weather"))
+    assert (str(raw.field("temp").type), str(raw.field("dewp").type)) == ("int32", "int64")
+    for partition in ("2013-01-01", GOOD_DAY):
+        schema = pq.read_schema(lifecycle.path("validated_weather", partition))
+        types = {name: str(schema.field(name).type) for name in ("temp", "dewp", "hour")}
+        assert types == {"temp": "double", "dewp": "double", "hour": "int64"}, partition
+    assert lifecycle.read("validated_weather").temp.tolist() == day.temp.round().tolist()
+
+
+def test_a_fraction_in_a_column_declared_int64_refuses_the_day(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    day = bundled_day("flights")
+    write_csv_drop(drops, "flights", GOOD_DAY, day.assign(distance=day.distance + 0.5))
+
+    result = lifecycle.materialize(selection=select("raw_flights", "validated_flights"))
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: not published: rule distance.stored_as_int64 failed" in text
+    assert "943 of 943 rows hold a missing value or a fraction" in text, text
+    assert not lifecycle.path("validated_flights").exists()
+
+
 RANGE = ("2013-01-02", "2013-01-03", "2013-01-04", "2013-01-05")
 """Four days a batched backfill run takes together."""
 
