@@ -180,7 +180,10 @@ class Lifecycle:
     resources: dict[str, object]
 
     def materialize(
-        self, partition: str | None = GOOD_DAY, selection: dg.AssetSelection = DAILY
+        self,
+        partition: str | None = GOOD_DAY,
+        selection: dg.AssetSelection = DAILY,
+        run_config: dict | None = None,
     ) -> dg.ExecuteInProcessResult:
         return dg.materialize(
             data_assets(),
@@ -189,6 +192,7 @@ class Lifecycle:
             instance=self.instance,
             resources=self.resources,
             raise_on_error=False,
+            run_config=run_config,
         )
 
     def materialize_range(

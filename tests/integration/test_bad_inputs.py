@@ -17,11 +17,13 @@ from pipelines.run import day_outcomes
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import (
+    CASE,
     GOOD_DAY,
     Lifecycle,
     append_during_read,
     bundled_day,
     select,
+    stage_name,
     write_csv_drop,
     write_day_drops,
 )
@@ -300,6 +302,78 @@ def test_a_drop_still_growing_while_it_is_ingested_is_refused_and_the_published_
     assert f"partition {GOOD_DAY}: rule drop_complete failed" in text, text
     assert "is still being written: it grew from" in text, text
     assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+FLIGHTS_DAY = select("raw_flights", "validated_flights", "quarantined_flights")
+
+
+def accepting(day: str) -> dict:
+    """The run config with which a person accepts a held-back new version of `day`."""
+    return {"ops": {stage_name(CASE, CASE.event_table("flights")): {"config": {
+        "accept_revisions": [day]
+    }}}}  # fmt: skip
+
+
+def test_a_new_version_that_loses_most_rows_is_held_back_until_accepted(
+    lifecycle: Lifecycle, drops: Path
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    good = len(lifecycle.read("validated_flights"))
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").iloc[:300])
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: held back, rule revision.rows_kept failed" in text, text
+    lost = f"{1 - 300 / good:.0%}"
+    assert (
+        f"the new version of flights has 300 rows, the published one {good} ({lost} fewer," in text
+    )
+    assert "more than max_row_loss 10%" in text, text
+    assert "accept_revisions: ['2013-01-02']" in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+    assert lifecycle.materialize(selection=FLIGHTS_DAY, run_config=accepting(GOOD_DAY)).success
+    assert len(lifecycle.read("validated_flights")) == 300
+
+
+def test_a_new_version_with_a_column_emptied_is_held_back(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    before = lifecycle.read("validated_flights")
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").assign(tailnum=None))
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert "rule revision.columns_kept_values failed" in text, text
+    assert (
+        f"no value in tailnum in any of its {len(before)} rows; the published one has values"
+        f" (tailnum in {before.tailnum.notna().sum()} of its {len(before)} rows)"
+    ) in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+def test_a_day_short_of_a_table_of_the_same_events_is_held_back(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize(
+        selection=select("raw_flight_schedule", "validated_flight_schedule")
+    ).success
+    scheduled = len(lifecycle.read("validated_flight_schedule"))
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").iloc[:660])
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert "rule same_events.rows failed" in text, text
+    assert f"flights has 660 rows, flight_schedule (the same events) {scheduled} published" in text
+    assert not lifecycle.path("validated_flights").exists()
 
 
 SMALL_CHUNKS_MIB = 8 / 1024

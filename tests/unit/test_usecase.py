@@ -56,6 +56,9 @@ def test_the_bundled_declarations_are_valid_and_apart():
         ({"prediction": Prediction(entities="nowhere")}, "prediction.entities"),
         # The outcomes table is built from the day's own flights: not known before the day.
         ({"prediction": Prediction(entities="flight_outcomes")}, "prediction.entities"),
+        ({"event_tables": tuple(
+            dataclasses.replace(t, same_events_as="nowhere") for t in FLIGHTS.event_tables
+        )}, "event_tables[flight_schedule].same_events_as"),
     ],
 )  # fmt: skip
 def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):
