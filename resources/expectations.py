@@ -183,7 +183,7 @@ class TableContract:
                         f" {', '.join(repr(v) for v in values[lost].head(SAMPLE_SIZE))}",
                     )
             try:
-                cast[rule.column] = values.astype(stored)
+                cast[rule.column] = values.astype(pd.api.types.pandas_dtype(stored))
             except (ValueError, TypeError) as exc:
                 raise StorageError(
                     f"{rule.column}.stored_as_{stored}",
