@@ -20,6 +20,7 @@ import dagster as dg
 
 from ml.drift_rule import METHODS, LineRule
 from resources.expectations import TableContract
+from resources.revisions import Revisions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,6 +117,13 @@ class EventTable:
     """Published before its day begins (a schedule, a plan, a calendar): what a day's
     predictions may read of the day itself. The run that predicts a day ingests it then; every
     other table of the day arrives after the day, with its outcomes."""
+    revisions: Revisions = field(default_factory=Revisions)
+    """How far a new version of a published day may fall short of the last good one (rows
+    lost, a column emptied) before it is held back (`resources.revisions`)."""
+    same_events_as: str | None = None
+    """Another event table that describes the same events (a day's events and the plan of them):
+    a day of either is held back when it holds fewer rows than the other's published day by
+    more than its `revisions.max_row_loss`."""
 
     @property
     def name(self) -> str:
@@ -409,6 +417,12 @@ class UseCase:
                     f"a row per entity and day is keyed by the entity alone, not by"
                     f" {table.contract.natural_key}; declare grain='event' if a row is an event",
                 )
+            if table.same_events_as is not None and table.same_events_as not in tables:
+                raise _refuse(
+                    self.name,
+                    f"event_tables[{table.name}].same_events_as",
+                    f"{table.same_events_as!r} is no declared event table",
+                )
             for reference in table.contract.references:
                 if reference.split(".")[0] not in dimensions:
                     raise _refuse(
@@ -487,6 +501,15 @@ class UseCase:
 
     def event_table(self, name: str) -> EventTable:
         return next(t for t in self.event_tables if t.name == name)
+
+    def same_events(self, table: EventTable) -> list[str]:
+        """The event tables declared to describe the same events as `table`, either way."""
+        return [
+            other.name
+            for other in self.event_tables
+            if other is not table
+            and (other.same_events_as == table.name or table.same_events_as == other.name)
+        ]
 
     def feature_table(self, name: str) -> FeatureTableSpec:
         return next(t for t in self.feature_tables if t.name == name)

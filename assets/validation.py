@@ -24,14 +24,28 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from pydantic import Field
 
 from assets import EXTERNAL_RETRY
 from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop, source_key
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from assets.usecase import EventTable, UseCase
-from resources.expectations import GreatExpectations, TableContract, ValidationReport
+from resources.expectations import (
+    GreatExpectations,
+    StorageError,
+    TableContract,
+    ValidationReport,
+)
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
+from resources.revisions import (
+    Counter,
+    HeldBack,
+    Version,
+    against_last_good,
+    against_same_events,
+    published_version,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,6 +198,17 @@ def split(raw: LakeTable, report: ValidationReport) -> tuple[Chunks, Chunks]:
 CODE_VERSION = "1"
 
 
+class IngestConfig(dg.Config):
+    """What a person decides for an event table's days."""
+
+    accept_revisions: list[str] = Field(
+        default_factory=list,
+        description="Days (YYYY-MM-DD) whose new version is published although the table's"
+        " declared revisions hold it back (rows lost against the last good version or a table"
+        " of the same events, a column emptied): a person has checked that it is right.",
+    )
+
+
 def event_table_assets(case: UseCase) -> list[dg.AssetsDefinition]:
     """Each event table's days: raw, audited, published and quarantined."""
     return [_days(case, table) for table in case.event_tables]
@@ -243,9 +268,11 @@ class _Day:
         partition_key: str,
         ranged: bool,
         recorded: "Set[Any]" = frozenset(),
+        accepted: bool = False,
     ):
         self.stage, self.partition_key, self.ranged = stage, partition_key, ranged
         self.recorded = recorded  # what an earlier try of the run recorded (asset, check keys)
+        self.accepted = accepted  # a new version the revisions would hold back is published
 
     def materialized(
         self,
@@ -343,8 +370,9 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
         op_tags=SMALL,
         required_resource_keys={source_key(case), "lake", "expectations"},
     )
-    def _step(context: dg.AssetExecutionContext, **refs):
+    def _step(context: dg.AssetExecutionContext, config: IngestConfig, **refs):
         expectations: GreatExpectations = context.resources.expectations
+        accepted = set(config.accept_revisions)
         ranged = not context.has_partition_key
         keys = context.partition_keys
         # A retried step of a range carries on from what its earlier tries recorded.
@@ -353,7 +381,8 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
         refused: list[Refused] = []
         if not ranged:
             try:
-                yield from _one_day(context, stage, _Day(stage, keys[0], False), expectations, refs)
+                day = _Day(stage, keys[0], False, accepted=keys[0] in accepted)
+                yield from _one_day(context, stage, day, expectations, refs)
             except Refused as exc:
                 raise dg.Failure(
                     description=str(exc),
@@ -367,7 +396,7 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
         for key in keys:
             if wanted <= recorded.get(key, set()):
                 continue
-            day = _Day(stage, key, True, recorded.get(key, frozenset()))
+            day = _Day(stage, key, True, recorded.get(key, frozenset()), key in accepted)
             try:
                 ingested[key] = (day, *(yield from _ingest(context, stage, day)))
             except Refused as exc:
@@ -519,14 +548,24 @@ def _publish(
     if not publishing:
         return
     counts = dict.fromkeys(stage.table.counted_flags, 0)
+    revision = _Revision.of(lake, stage, day) if stage.validated in selected else None
 
     def publish() -> "Iterator[pd.DataFrame]":
         for chunk in published.frames():
+            try:
+                chunk = contract.as_stored(chunk)
+            except StorageError as exc:
+                raise Refused(key, exc.rule, f"partition {key}: not published: {exc}") from exc
             if stage.table.publish is not None:
                 chunk = stage.table.publish(chunk)
             for flag in stage.table.counted_flags:
                 counts[flag] += int(chunk[flag].sum())
+            if revision is not None:
+                revision.counter.add(chunk)
             yield chunk
+        # Raised before the lake commits the file: the last good version stays published.
+        if revision is not None:
+            revision.check()
 
     # The counts are taken while the lake writes the rows, and reported once it has.
     for asset, rows in (
@@ -536,3 +575,61 @@ def _publish(
         if asset in selected:
             stored = lake.write(asset, key, rows)
             yield day.materialized(asset, stored.data_version, stored.metadata, parent=raw_version)
+
+
+@dataclass
+class _Revision:
+    """A new version of a published day, counted as it is written, and what it is held to: the
+    last good version of the day, and the published days of the tables declared to describe
+    the same events (`resources.revisions`)."""
+
+    stage: _Stage
+    day: _Day
+    last: Version | None
+    same_events: dict[str, int]
+    counter: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, lake: ParquetLake, stage: _Stage, day: _Day) -> "_Revision":
+        key, case = day.partition_key, stage.case
+        last = _published(lake, stage.validated, key)
+        others = {}
+        for other in case.same_events(stage.table):
+            table = _published(lake, case.key(f"validated_{other}"), key)
+            if table is not None:
+                others[other] = table.rows
+        return cls(stage, day, last and published_version(last), others)
+
+    def check(self) -> None:
+        """Raises Refused for a new version its table's declared revisions hold back, unless
+        a person accepted the day."""
+        if self.day.accepted:
+            return
+        table, new = self.stage.table, self.counter.version
+        revisions = table.revisions
+        held: list[HeldBack | None] = [
+            against_same_events(table.name, new.rows, other, rows, revisions)
+            for other, rows in sorted(self.same_events.items())
+        ]
+        if self.last is not None:
+            held.insert(0, against_last_good(table.name, new, self.last, revisions))
+        reason = next((h for h in held if h is not None), None)
+        if reason is None:
+            return
+        key = self.day.partition_key
+        op = stage_name(self.stage.case, table)
+        raise Refused(
+            key,
+            reason.rule,
+            f"partition {key}: held back, rule {reason.rule} failed: {reason.message}. The"
+            " published version stays; if the new one is right, publish it with the run config"
+            f" ops: {{{op}: {{config: {{accept_revisions: ['{key}']}}}}}}",
+        )
+
+
+def _published(lake: ParquetLake, asset: dg.AssetKey, partition_key: str) -> LakeTable | None:
+    """The published file of one day, None before its first publication."""
+    try:
+        return lake.table(asset, partition_key)
+    except FileNotFoundError:
+        return None

@@ -15,7 +15,9 @@ In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (defaul
 the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
 `ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from each use case's bundled
 data set unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
-`ML_LIFECYCLE_MAX_DROP_MIB`, default 256, read `ML_LIFECYCLE_CHUNK_MIB` at a time, default 4);
+`ML_LIFECYCLE_MAX_DROP_MIB`, default 256, read `ML_LIFECYCLE_CHUNK_MIB` at a time, default 4,
+once unchanged for `ML_LIFECYCLE_DROP_SETTLE_S`, default 2, or once its completion marker of the
+suffix `ML_LIFECYCLE_DROP_COMPLETION_SUFFIX` is there, where the producer writes one);
 `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured), and
 `ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the files the pipeline publishes: lake
 tables and documents, predictions, a training run's weights, checkpoints and ONNX files. Loading
@@ -26,6 +28,7 @@ import dataclasses
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -66,14 +69,17 @@ def source(case: UseCase) -> RawSource:
     drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
     if not drops:
         return case.source()
-    settings = {
+    settings: dict[str, Any] = {
         field: float(value)
         for field, variable in (
             ("max_drop_mib", "ML_LIFECYCLE_MAX_DROP_MIB"),
             ("chunk_mib", "ML_LIFECYCLE_CHUNK_MIB"),
+            ("settle_s", "ML_LIFECYCLE_DROP_SETTLE_S"),
         )
         if (value := os.environ.get(variable))
     }
+    if suffix := os.environ.get("ML_LIFECYCLE_DROP_COMPLETION_SUFFIX"):
+        settings["completion_suffix"] = suffix
     return DropFolderSource(root=drops, **settings)
 
 

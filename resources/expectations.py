@@ -104,6 +104,11 @@ class ColumnRule:
     event_time_part: TimePart | None = None
     missing_values: tuple[str, ...] | None = None
     """The text that means "missing" in this column of a CSV drop; None: the contract's."""
+    stored_as: Literal["int64", "float64"] | None = None
+    """A number column's type in the published days, whatever type a day's drop gave it (a
+    Parquet day's int32, a CSV day's whole numbers where other days have a gap): one type per
+    column across the lake table. None: int64 for a day of whole numbers without a gap, float64
+    otherwise. Text columns are stored as Python objects and timestamps as UTC nanoseconds."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,9 @@ class TableContract:
         unknown = {c for rule in self.columns for c in rule.required_when_present} - set(names)
         if unknown:
             raise ValueError(f"{self.table}: required_when_present names unknown columns {unknown}")
+        stored = [r.column for r in self.columns if r.stored_as is not None and r.kind != "number"]
+        if stored:
+            raise ValueError(f"{self.table}: stored_as is for number columns, not {stored}")
 
     @property
     def column_names(self) -> list[str]:
@@ -149,6 +157,39 @@ class TableContract:
         dtypes = {"number": "float64", "text": "object", "timestamp": "datetime64[ns, UTC]"}
         kinds = {rule.column: dtypes[rule.kind] for rule in self.columns}
         return frame.astype({c: kinds[c] for c in frame.columns if c in kinds})
+
+    def as_stored(self, frame: "pd.DataFrame") -> "pd.DataFrame":
+        """`frame` (rows that passed the contract) with each declared column cast to the type
+        published days store it as (`ColumnRule.stored_as`); raises StorageError for values
+        that type cannot hold."""
+        import pandas as pd
+
+        cast = {}
+        for rule in self.columns:
+            values = frame.get(rule.column)
+            if values is None:
+                continue
+            stored = _storage(rule, values)
+            if str(values.dtype) == stored:
+                continue
+            if stored == "int64":
+                numbers = pd.to_numeric(values)
+                lost = numbers.isna() | (numbers != numbers.round())
+                if lost.any():
+                    raise StorageError(
+                        f"{rule.column}.stored_as_int64",
+                        f"{lost.sum()} of {len(frame)} rows hold a missing value or a fraction,"
+                        f" which the column's declared type int64 cannot store; e.g."
+                        f" {', '.join(repr(v) for v in values[lost].head(SAMPLE_SIZE))}",
+                    )
+            try:
+                cast[rule.column] = values.astype(pd.api.types.pandas_dtype(stored))
+            except (ValueError, TypeError) as exc:
+                raise StorageError(
+                    f"{rule.column}.stored_as_{stored}",
+                    f"the column of type {values.dtype} cannot be stored as {stored}: {exc}",
+                ) from exc
+        return frame.assign(**cast) if cast else frame
 
     @property
     def timestamp_columns(self) -> list[str]:
@@ -165,6 +206,28 @@ class TableContract:
     @property
     def references(self) -> set[str]:
         return {rule.allowed_from for rule in self.columns if rule.allowed_from}
+
+
+class StorageError(ValueError):
+    """A published column's values that its declared type cannot hold; `rule` names the rule."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"rule {rule} failed: {message}")
+        self.rule = rule
+
+
+def _storage(rule: ColumnRule, values: "pd.Series") -> str:
+    """The dtype a published day stores the column `rule` declares as (see `stored_as`)."""
+    import pandas as pd
+
+    if rule.kind == "text":
+        return "object"
+    if rule.kind == "timestamp":
+        return "datetime64[ns, UTC]"
+    if rule.stored_as is not None:
+        return rule.stored_as
+    whole = pd.api.types.is_integer_dtype(values) and not values.hasnans
+    return "int64" if whole else "float64"
 
 
 @dataclass(frozen=True)
@@ -185,7 +248,10 @@ class RuleResult:
     column: str | None = None
     holds: str | None = None
     """What the `unexpected_count` rows of a failed table rule hold, when they are counted
-    (`observed` is then "<count> of <rows> rows hold <holds>")."""
+    (`observed` is then "<found>: <count> of <rows> rows hold <holds>")."""
+    found: str | None = None
+    """The column's physical type found and the kind declared, for a counted type failure:
+    "column of type object (declared number)"."""
 
 
 @dataclass(frozen=True)
@@ -357,7 +423,7 @@ class GreatExpectations(dg.ConfigurableResource):
                 tuple(_rule_result(o) for o in outcomes.values())
                 + _event_time_parts(contract, frame, timezone),
                 frame,
-                set(contract.timestamp_columns),
+                contract,
             ),
             data_docs_url=url,
         )
@@ -446,7 +512,7 @@ class GreatExpectations(dg.ConfigurableResource):
                 rules=_explained(
                     passed + _event_time_parts(contract, day.frame, timezone),
                     day.frame,
-                    set(contract.timestamp_columns),
+                    contract,
                 ),
             )
             for day in joint
@@ -561,7 +627,7 @@ def _expectations(contract: TableContract) -> list[Any]:
     out = [
         tag(
             gxe.ExpectTableColumnsToMatchSet(column_set=contract.column_names, exact_match=True),
-            "columns.match_contract",
+            _COLUMN_SET,
             "table",
         ),
         tag(
@@ -742,62 +808,103 @@ def _event_time_parts(
 
 
 def _explained(
-    rules: tuple[RuleResult, ...], frame: "pd.DataFrame", timestamps: set[str]
+    rules: tuple[RuleResult, ...], frame: "pd.DataFrame", contract: TableContract
 ) -> tuple[RuleResult, ...]:
     """Failures restated in terms a person can act on, with counts of the offending rows.
 
-    A CSV column with a single non-number in it arrives as text, and GX then counts every value
-    as the wrong type; the rows to fix are those whose text is not a number. A timestamp column
-    (one of `timestamps`) with values that are not UTC-aware timestamps fails without a count;
-    the rows to fix are those values. Rules on a column whose type is wrong are not evaluated on
-    it, and any other rule GX failed without a count gets the column's type and the row count.
-    An empty frame is reported by its row count alone: a column of no values has no type.
+    A column set that is not the contract's names the missing and the unexpected columns. A CSV
+    column with a single non-number in it arrives as text, and GX then counts every value as the
+    wrong type; the rows to fix are those whose text is not a number. A timestamp column with
+    values that are not UTC-aware timestamps fails without a count; the rows to fix are those
+    values. Each names the column's type found and the kind declared. Rules on a column whose
+    type is wrong are not evaluated on it, and any other rule GX failed without a count gets the
+    column's type, the kind declared and the row count. An empty frame is reported by its row
+    count and columns alone: a column of no values has no type.
     """
     import pandas as pd
 
+    rules = tuple(
+        replace(rule, observed=_column_set(frame, contract))
+        if rule.rule == _COLUMN_SET and not rule.passed
+        else rule
+        for rule in rules
+    )
     if frame.empty:
         return tuple(rule for rule in rules if rule.column is None)
+    kinds = {rule.column: rule.kind for rule in contract.columns}
+    timestamps = set(contract.timestamp_columns)
     mistyped = {r.column for r in rules if not r.passed and r.rule.endswith(".is_number")}
     out = []
     for rule in rules:
         column = rule.column
         if rule.passed or column is None or column not in frame.columns:
             out.append(rule)
-        elif column in timestamps and not isinstance(frame[column].dtype, pd.DatetimeTZDtype):
-            bad, what = _not_utc_timestamps(frame[column])
-            out.append(
-                replace(
-                    rule,
-                    level="table",
-                    error=None,
-                    unexpected_count=int(bad.sum()),
-                    sample=tuple(repr(v) for v in frame[column][bad].head(SAMPLE_SIZE)),
-                    observed=f"{bad.sum()} of {len(frame)} rows hold {what}",
-                    holds=what,
-                )
-            )
+            continue
+        values = frame[column]
+        found = f"column of type {values.dtype} (declared {kinds[column]})"
+        if column in timestamps and not isinstance(values.dtype, pd.DatetimeTZDtype):
+            bad, what = _not_utc_timestamps(values)
+            out.append(_counted(rule, frame, bad, what, found))
         elif column in mistyped and rule.rule.endswith(".is_number"):
-            values = frame[column]
             bad = values.notna() & pd.Series(pd.to_numeric(values, errors="coerce")).isna()
-            sample = tuple(repr(v) for v in values[bad].head(SAMPLE_SIZE))
-            what = "text that is not a number"
-            out.append(
-                replace(
-                    rule,
-                    unexpected_count=int(bad.sum()),
-                    sample=sample,
-                    observed=f"{bad.sum()} of {len(frame)} rows hold {what}",
-                    holds=what,
+            if bad.any():
+                out.append(_counted(rule, frame, bad, "text that is not a number", found))
+            else:  # every value reads as a number: it is the column's type that is wrong
+                observed = (
+                    f"{found}{_ON_ROWS.format(len(frame))}: every value is a number stored as"
+                    f" {values.dtype}; store the column as a number"
                 )
-            )
+                out.append(replace(rule, observed=observed))
         elif column in mistyped:
             out.append(replace(rule, level="table", error="not evaluated: the column is mistyped"))
-        elif rule.level == "table" and rule.error is None and rule.observed is None:
-            observed = f"column of type {frame[column].dtype}{_ON_ROWS.format(len(frame))}"
-            out.append(replace(rule, observed=observed))
+        elif (
+            rule.level == "table"
+            and rule.error is None
+            and (rule.observed is None or rule.rule == f"{column}.is_{kinds[column]}")
+        ):  # GX observes a type rule's dtype alone
+            out.append(replace(rule, observed=f"{found}{_ON_ROWS.format(len(frame))}"))
         else:
             out.append(rule)
     return tuple(out)
+
+
+def _counted(
+    rule: RuleResult, frame: "pd.DataFrame", bad: "pd.Series", holds: str, found: str
+) -> RuleResult:
+    """A failed type rule restated as the rows at fault: those `bad` marks, which hold `holds`."""
+    return replace(
+        rule,
+        level="table",
+        error=None,
+        unexpected_count=int(bad.sum()),
+        sample=tuple(repr(v) for v in frame[rule.column][bad].head(SAMPLE_SIZE)),
+        observed=_holding(found, int(bad.sum()), len(frame), holds),
+        holds=holds,
+        found=found,
+    )
+
+
+def _holding(found: str | None, count: int, rows: int, holds: str) -> str:
+    """What a counted type failure observed."""
+    return f"{found + ': ' if found else ''}{count} of {rows} rows hold {holds}"
+
+
+def _column_set(frame: "pd.DataFrame", contract: TableContract) -> str:
+    """How a table's columns differ from the contract's, by name."""
+    declared, present = contract.column_names, [str(c) for c in frame.columns]
+    missing = [c for c in declared if c not in present]
+    unexpected = [c for c in present if c not in declared]
+    repeated = sorted({c for c in present if present.count(c) > 1})
+    parts = [
+        f"{what}: {', '.join(names)}"
+        for what, names in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("repeated", repeated),
+        )
+        if names
+    ]
+    return ", ".join(parts) or "the contract's columns"
 
 
 def _not_utc_timestamps(values: "pd.Series") -> tuple["pd.Series", str]:
@@ -972,7 +1079,9 @@ def _distinct_values(frame: "pd.DataFrame", pattern_columns: frozenset[str]) -> 
 
 
 _ON_ROWS = " on {} rows"
-"""How a failed type rule without a count ends: "column of type object on 915 rows"."""
+"""How a failed type rule without a count names the rows: "column of type object (declared
+number) on 915 rows"."""
+_COLUMN_SET = "columns.match_contract"
 _ROW_COUNT = "rows.at_least_min_rows"
 _UNIQUE_KEY = "natural_key.unique"
 
@@ -1076,9 +1185,7 @@ def _merged_rule(
         # of type object on 900 rows" restated on the table's rows).
         observed = first.observed
         if observed is not None:
-            chunk_rows = _ON_ROWS.format(failed[0][1])
-            if observed.endswith(chunk_rows):
-                observed = observed[: -len(chunk_rows)] + _ON_ROWS.format(total)
+            observed = observed.replace(_ON_ROWS.format(failed[0][1]), _ON_ROWS.format(total), 1)
         return replace(first, observed=observed)
     rows = sorted({*(o + p for o, _, r in failed for p in r.rows), *(int(p) for p in extra)})
     if len(extra):  # keys repeated across chunks: sampled again, in the table's row order
@@ -1088,7 +1195,7 @@ def _merged_rule(
     count = len(rows) if first.level == "row" else sum(r.unexpected_count for _, _, r in failed)
     observed = first.observed
     if first.holds is not None:
-        observed = f"{count} of {total} rows hold {first.holds}"
+        observed = _holding(first.found, count, total, first.holds)
     return replace(
         first,
         passed=False,

@@ -19,6 +19,15 @@ pandas gives each column in each chunk, a second pass parses it again with the t
 whole file (a column that is a number in one chunk and text in another is text in all), so the
 chunks concatenate to the frame one whole read would give. A drop of one chunk, the usual case,
 is parsed once.
+
+A drop is taken only once it has stopped moving: one modified less than `settle_s` ago is watched
+until it is that old, and refused as still being written if its size or modification time changed
+meanwhile; where the producer writes a completion marker (`completion_suffix`), a drop without one
+is refused instead. Every read then checks that the file it parsed is the file as it was when the
+read began (its size and modification time, and the count of bytes hashed): comparing the two
+passes with each other alone let a drop still being appended to through, because a day of one
+chunk has no second pass, and a producer that pauses between writes leaves a truncated file that
+reads the same twice.
 """
 
 import datetime as dt
@@ -26,6 +35,7 @@ import hashlib
 import io
 import os
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -60,6 +70,20 @@ publishing and the feature tables read a drop in chunks, but the online store's 
 holds a view's rows of the day as one Arrow table, and scoring and drift a day's keys and scores:
 a day of 96 MB of CSV peaks at 1.2 GiB there (docs/benchmarks.md, the large drop), so a 256 MiB
 drop keeps a day's run near 3 GiB."""
+
+DEFAULT_SETTLE_S = 2.0
+"""A producer that writes a drop in place, rather than renaming it in whole, pauses between its
+writes for milliseconds; a drop left unchanged for 2 s is taken as finished. A slower producer
+needs a longer settle time, or a completion marker (`completion_suffix`)."""
+
+COMPRESSED = {
+    b"\x1f\x8b": "gzip-compressed",
+    b"PK\x03\x04": "a zip archive",
+    b"BZh": "bzip2-compressed",
+    b"\xfd7zXZ\x00": "xz-compressed",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+}
+"""How a compressed file begins, and what it is called in a refusal."""
 
 DEFAULT_CHUNK_MIB = 4
 """A chunk of 4 MiB of CSV is about 40,000 rows of 19 columns; reading, validating and publishing
@@ -162,6 +186,21 @@ class DropFolderSource(RawSource):
         " ingestion, validation and publication hold about one chunk's rows at a time.",
     )
 
+    settle_s: float = Field(
+        default=DEFAULT_SETTLE_S,
+        ge=0,
+        description="How long a drop must stay unchanged (size and modification time) before it"
+        " is read: a younger one is watched until it is that old, and refused as still being"
+        " written if it changed meanwhile. Not waited when `completion_suffix` is set.",
+    )
+    completion_suffix: str | None = Field(
+        default=None,
+        pattern=r"^\.[A-Za-z0-9_.-]+$",
+        description="Where the producer declares a drop complete by writing a marker beside it:"
+        " the marker's suffix to the drop's name (`.done`: `2013-01-02.csv.done`). A drop"
+        " without its marker is refused as not complete.",
+    )
+
     def read_day(
         self,
         table: str,
@@ -187,13 +226,43 @@ class DropFolderSource(RawSource):
         root = Path(self.root).resolve()
         folder = _not_a_link(root, root / checked_table_name(table), what=what)
         path = _single_drop(root, folder, day.isoformat(), what=what)
+        self._settled(root, path, what)
         return _Drop(path, what, self._limit, self._chunk, missing_values).scan(timestamp_columns)
 
     def read_table(self, table: str) -> RawTable:
         what = f"table {table!r}"
         root = Path(self.root).resolve()
         path = _single_drop(root, root, checked_table_name(table), what=what)
+        self._settled(root, path, what)
         return _Drop(path, what, self._limit, self._chunk).scan().whole()
+
+    def _settled(self, root: Path, path: Path, what: str) -> None:
+        """Refuses a drop that is not complete: without its completion marker where the source
+        declares one, else changed during the settle time (waited only for a drop modified less
+        than `settle_s` ago)."""
+        if self.completion_suffix is not None:
+            marker = path.with_name(path.name + self.completion_suffix)
+            _not_a_link(root, marker, what=what)
+            if not marker.is_file():
+                raise SourceError(
+                    f"{what}: {path} has no completion marker {marker.name}: the producer has"
+                    " not declared it complete; it is read once the marker is written",
+                    rule=STILL_BEING_WRITTEN,
+                )
+            return
+        before = _state(path)
+        age_s = time.time() - before[1] / 1e9
+        if age_s >= self.settle_s:
+            return
+        settle_wait(self.settle_s - max(age_s, 0.0))
+        after = _state(path)
+        if after != before:
+            raise SourceError(
+                f"{what}: {path} is still being written: {_moved(before, after)} within the"
+                f" settle time of {self.settle_s:g} s (settle_s); it is read once it stops"
+                " changing",
+                rule=STILL_BEING_WRITTEN,
+            )
 
     @property
     def _limit(self) -> int:
@@ -289,6 +358,28 @@ def _from_epoch(values: "pd.Series") -> "pd.Series":
     return pd.to_datetime(pd.to_numeric(values, errors="coerce"), unit="s", utc=True)
 
 
+STILL_BEING_WRITTEN = "drop_complete"
+"""The rule a drop that is still moving, or not declared complete, is refused by."""
+
+
+def settle_wait(seconds: float) -> None:
+    """Let a young drop age to the settle time before it is looked at again."""
+    time.sleep(seconds)
+
+
+def _state(path: Path) -> tuple[int, int]:
+    """A file's size in bytes and modification time in ns."""
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns
+
+
+def _moved(before: tuple[int, int], after: tuple[int, int]) -> str:
+    """How a file changed between two looks at it."""
+    if after[0] != before[0]:
+        return f"it grew from {before[0]} to {after[0]} bytes"
+    return f"it was rewritten ({before[0]} bytes, modified again)"
+
+
 def checked_table_name(table: str) -> str:
     if not _TABLE_NAME.fullmatch(table):
         raise ValueError(f"table name {table!r} must match {_TABLE_NAME.pattern}")
@@ -321,6 +412,7 @@ class _HashingReader(io.RawIOBase):
     def __init__(self, file: IO[bytes]) -> None:
         self._file = file
         self.digest = hashlib.sha256()
+        self.size = 0
 
     def readable(self) -> bool:
         return True
@@ -332,7 +424,19 @@ class _HashingReader(io.RawIOBase):
         data = self._file.read(len(buffer))
         buffer[: len(data)] = data
         self.digest.update(data)
+        self.size += len(data)
         return len(data)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A drop file open for one pass, and how it was when the pass began."""
+
+    file: Any
+    """What the parser reads: the file through a hash (CSV), or the file itself (Parquet)."""
+    start: tuple[int, int]
+    """Its size in bytes and modification time in ns when it was opened."""
+    descriptor: int
 
 
 @dataclass(frozen=True)
@@ -351,8 +455,8 @@ class _Drop:
         dtypes: dict[str, set[Any]] = {}
         forms: dict[str, set[TimestampForm | None]] = {c: set() for c in timestamp_columns}
         first, count, rows = None, 0, 0
-        with self._open() as file:
-            for chunk in self._parse(file, {}):
+        with self._open() as opened:
+            for chunk in self._parse(opened.file, {}):
                 count, rows, parsed = count + 1, rows + len(chunk), {}
                 for column, dtype in chunk.dtypes.items():
                     dtypes.setdefault(str(column), set()).add(dtype)
@@ -362,7 +466,7 @@ class _Drop:
                     if values is not None:
                         parsed[column] = values
                 first = chunk.assign(**parsed) if parsed else chunk
-            sha256 = self._hexdigest(file)
+            sha256 = self._hexdigest(opened)
         settled: dict[str, TimestampForm] = {}
         for column, found in forms.items():
             form = combined_form(found)
@@ -374,10 +478,10 @@ class _Drop:
         common = {c: _common_dtype(s) for c, s in dtypes.items() if len(s) > 1}
 
         def frames() -> Iterator["pd.DataFrame"]:
-            with self._open() as file:
-                for chunk in self._parse(file, common):
+            with self._open() as opened:
+                for chunk in self._parse(opened.file, common):
                     yield apply_timestamp_forms(chunk, settled)
-                if self._hexdigest(file) != sha256:
+                if self._hexdigest(opened) != sha256:
                     raise SourceError(
                         f"{self.what}: {self.path} changed while it was read (sha256 was"
                         f" {sha256[:12]}); drops must be replaced whole, by a rename"
@@ -390,16 +494,18 @@ class _Drop:
         return self.path.as_uri()
 
     @contextmanager
-    def _open(self) -> Iterator[Any]:
+    def _open(self) -> Iterator[_Opened]:
         """The file, checked against the size limit, read through a hash (CSV; a Parquet file is
-        read from its footer, so it is hashed whole on its own)."""
+        read from its footer, so it is hashed whole on its own); a CSV file that is compressed is
+        refused by name."""
         try:
             # O_NOFOLLOW: a link swapped in after the checks above is still not followed.
             descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
             raise SourceError(f"{self.what}: {self.path} cannot be read: {exc}") from exc
         with os.fdopen(descriptor, "rb") as file:
-            size = os.fstat(descriptor).st_size
+            status = os.fstat(descriptor)
+            size = status.st_size
             if size > self.limit:
                 raise SourceError(
                     f"{self.what}: {self.path} is {size / 2**20:.3g} MiB ({size} bytes), over"
@@ -412,17 +518,46 @@ class _Drop:
                 raise SourceError(
                     f"{self.what}: {self.path} is an empty file (0 bytes, not even a header)"
                 )
-            yield file if self.path.suffix == ".parquet" else _HashingReader(file)
+            start = (size, status.st_mtime_ns)
+            if self.path.suffix == ".parquet":
+                yield _Opened(file, start, descriptor)
+                return
+            self._not_compressed(descriptor)
+            yield _Opened(_HashingReader(file), start, descriptor)
 
-    def _hexdigest(self, file: Any) -> str:
+    def _not_compressed(self, descriptor: int) -> None:
+        head = os.pread(descriptor, 8, 0)
+        for magic, what in COMPRESSED.items():
+            if head.startswith(magic):
+                raise SourceError(
+                    f"{self.what}: {self.path} is {what}, not a plain CSV file; drops are"
+                    f" uncompressed {' or '.join(DROP_SUFFIXES)} files (a Parquet file compresses"
+                    " itself)"
+                )
+
+    def _hexdigest(self, opened: _Opened) -> str:
+        """The sha256 of the file's bytes, reading what the parser left unread; refuses a file
+        that is not, at the end of the pass, the file it was when the pass began."""
+        file = opened.file
         if isinstance(file, _HashingReader):
             while file.read(1 << 20):  # whatever the parser left unread
                 pass
-            return file.digest.hexdigest()
-        file.seek(0)
-        digest = hashlib.sha256()
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
+            digest, hashed = file.digest, file.size
+        else:
+            file.seek(0)
+            digest, hashed = hashlib.sha256(), 0
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+                hashed += len(block)
+        status = os.fstat(opened.descriptor)
+        end = (max(status.st_size, hashed), status.st_mtime_ns)
+        if end != opened.start:
+            raise SourceError(
+                f"{self.what}: {self.path} is still being written: {_moved(opened.start, end)}"
+                " while it was read; a drop must be complete before it lands (written elsewhere"
+                " and renamed in, or followed by its completion marker)",
+                rule=STILL_BEING_WRITTEN,
+            )
         return digest.hexdigest()
 
     def _parse(self, file: Any, dtypes: Mapping[str, Any]) -> Iterator["pd.DataFrame"]:

@@ -2,6 +2,7 @@
 ingestion and validation against it in a temporary Dagster home."""
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,27 @@ def write_csv_drop(root: Path, table: str, day: str, frame: pd.DataFrame) -> Pat
     return path
 
 
+def append_during_read(monkeypatch: pytest.MonkeyPatch, path: Path, data: bytes) -> list[int]:
+    """Make a producer append `data` to the drop `path` from inside its read, right after the
+    reader's first block: the file grows while it is read. Returns the file's size once the
+    producer has appended (empty while it has not)."""
+    from resources import sources
+
+    sizes: list[int] = []
+    read = sources._HashingReader.readinto
+
+    def reading(self, buffer):
+        got = read(self, buffer)
+        if not sizes and os.fstat(self.fileno()).st_ino == path.stat().st_ino:
+            with path.open("ab") as producer:
+                producer.write(data)
+            sizes.append(path.stat().st_size)
+        return got
+
+    monkeypatch.setattr(sources._HashingReader, "readinto", reading)
+    return sizes
+
+
 @pytest.fixture
 def drops(tmp_path: Path) -> Path:
     """A drop folder with the dimension tables and GOOD_DAY's schedule, flights and weather."""
@@ -158,7 +180,10 @@ class Lifecycle:
     resources: dict[str, object]
 
     def materialize(
-        self, partition: str | None = GOOD_DAY, selection: dg.AssetSelection = DAILY
+        self,
+        partition: str | None = GOOD_DAY,
+        selection: dg.AssetSelection = DAILY,
+        run_config: dict | None = None,
     ) -> dg.ExecuteInProcessResult:
         return dg.materialize(
             data_assets(),
@@ -167,6 +192,7 @@ class Lifecycle:
             instance=self.instance,
             resources=self.resources,
             raise_on_error=False,
+            run_config=run_config,
         )
 
     def materialize_range(
@@ -203,7 +229,9 @@ def lifecycle(tmp_path: Path, drops: Path) -> Iterator[Lifecycle]:
             instance=instance,
             lake=lake,
             resources={
-                "flights_source": DropFolderSource(root=str(drops)),
+                # The tests write each drop whole before reading it: no settling to wait for
+                # (tests/unit/test_sources.py tests it).
+                "flights_source": DropFolderSource(root=str(drops), settle_s=0),
                 "lake": lake,
                 "expectations": GreatExpectations(
                     data_docs_dir=str(tmp_path / "data_docs"), build_data_docs=False

@@ -1,6 +1,8 @@
 """Every bad input of QUALITY.md, delivered as a drop: a clear error naming the partition, the rule
 and the count; nothing downstream built; the last good published data untouched."""
 
+import gzip
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +17,13 @@ from pipelines.run import day_outcomes
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import (
+    CASE,
     GOOD_DAY,
     Lifecycle,
+    append_during_read,
     bundled_day,
     select,
+    stage_name,
     write_csv_drop,
     write_day_drops,
 )
@@ -70,6 +75,17 @@ def half_a_parquet_file() -> bytes:
     return data[: len(data) // 2]
 
 
+def gzipped_day() -> bytes:
+    return gzip.compress(bundled_day("flights").to_csv(index=False).encode())
+
+
+def distance_as_text() -> bytes:
+    frame = bundled_day("flights")
+    sink = io.BytesIO()
+    frame.assign(distance=frame.distance.astype(str)).to_parquet(sink)
+    return sink.getvalue()
+
+
 def header_only() -> bytes:
     return (",".join(bundled_day("flights").columns) + "\n").encode()
 
@@ -100,12 +116,26 @@ BAD_INPUTS = {
     "header-only file": (raw_bytes(header_only), "rows.at_least_min_rows", "observed 0"),
     "corrupt file": (raw_bytes(lambda: b"PAR1\x15\x04garbage", ".parquet"), "readable_drop", None),
     "truncated file": (raw_bytes(half_a_parquet_file, ".parquet"), "readable_drop", None),
-    "missing column": (csv(lambda f: f.drop(columns=["distance"])), "columns.match_contract", None),
-    "extra column": (csv(lambda f: f.assign(note="x")), "columns.match_contract", None),
+    "gzip file named .csv": (raw_bytes(gzipped_day), "readable_drop", "is gzip-compressed"),
+    "missing column": (
+        csv(lambda f: f.drop(columns=["distance"])),
+        "columns.match_contract",
+        "observed missing: distance",
+    ),
+    "extra column": (
+        csv(lambda f: f.assign(note="x")),
+        "columns.match_contract",
+        "observed unexpected: note",
+    ),
     "renamed column": (
         csv(lambda f: f.rename(columns={"dest": "destination"})),
         "columns.match_contract",
-        None,
+        "observed missing: dest, unexpected: destination",
+    ),
+    "Parquet numbers stored as text": (
+        raw_bytes(distance_as_text, ".parquet"),
+        "distance.is_number",
+        "column of type object (declared number) on 943 rows: every value is a number stored",
     ),
     "wrong dtype": (
         csv(rows("distance", "far")),
@@ -253,6 +283,99 @@ def test_a_drop_over_the_size_limit_is_refused_before_it_is_parsed(
     assert lifecycle.path("validated_flights").read_bytes() == published
 
 
+def test_a_drop_still_growing_while_it_is_ingested_is_refused_and_the_published_day_kept(
+    lifecycle: Lifecycle, drops: Path, monkeypatch: pytest.MonkeyPatch
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    day = bundled_day("flights")
+    drop = write_csv_drop(drops, "flights", GOOD_DAY, day.iloc[:660])
+    rest = write_csv_drop(drops.parent / "rest", "flights", GOOD_DAY, day.iloc[660:])
+    appended = append_during_read(monkeypatch, drop, rest.read_bytes().split(b"\n", 1)[1])
+
+    result = lifecycle.materialize(selection=select("raw_flights", "validated_flights"))
+
+    assert appended, "the producer never appended: the drop was not read"
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: rule drop_complete failed" in text, text
+    assert "is still being written: it grew from" in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+FLIGHTS_DAY = select("raw_flights", "validated_flights", "quarantined_flights")
+
+
+def accepting(day: str) -> dict:
+    """The run config with which a person accepts a held-back new version of `day`."""
+    return {"ops": {stage_name(CASE, CASE.event_table("flights")): {"config": {
+        "accept_revisions": [day]
+    }}}}  # fmt: skip
+
+
+def test_a_new_version_that_loses_most_rows_is_held_back_until_accepted(
+    lifecycle: Lifecycle, drops: Path
+):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    good = len(lifecycle.read("validated_flights"))
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").iloc[:300])
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: held back, rule revision.rows_kept failed" in text, text
+    lost = f"{1 - 300 / good:.0%}"
+    assert (
+        f"the new version of flights has 300 rows, the published one {good} ({lost} fewer," in text
+    )
+    assert "more than max_row_loss 10%" in text, text
+    assert "accept_revisions: ['2013-01-02']" in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+    assert lifecycle.materialize(selection=FLIGHTS_DAY, run_config=accepting(GOOD_DAY)).success
+    assert len(lifecycle.read("validated_flights")) == 300
+
+
+def test_a_new_version_with_a_column_emptied_is_held_back(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize().success
+    published = lifecycle.path("validated_flights").read_bytes()
+    before = lifecycle.read("validated_flights")
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").assign(tailnum=None))
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert "rule revision.columns_kept_values failed" in text, text
+    assert (
+        f"no value in tailnum in any of its {len(before)} rows; the published one has values"
+        f" (tailnum in {before.tailnum.notna().sum()} of its {len(before)} rows)"
+    ) in text, text
+    assert lifecycle.path("validated_flights").read_bytes() == published
+
+
+def test_a_day_short_of_a_table_of_the_same_events_is_held_back(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    assert lifecycle.materialize(
+        selection=select("raw_flight_schedule", "validated_flight_schedule")
+    ).success
+    scheduled = len(lifecycle.read("validated_flight_schedule"))
+    write_csv_drop(drops, "flights", GOOD_DAY, bundled_day("flights").iloc[:660])
+
+    result = lifecycle.materialize(selection=FLIGHTS_DAY)
+
+    assert not result.success
+    text = error_text(result)
+    assert "rule same_events.rows failed" in text, text
+    assert f"flights has 660 rows, flight_schedule (the same events) {scheduled} published" in text
+    assert not lifecycle.path("validated_flights").exists()
+
+
 SMALL_CHUNKS_MIB = 8 / 1024
 """8 KiB of CSV at a time: a real day of 943 flights in about a dozen chunks."""
 
@@ -344,6 +467,46 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     assert published.empty and {"cancelled", "diverted"} <= set(published.columns)
     assert str(published["dep_delay"].dtype) == "float64"
     assert str(published["time_hour"].dtype).startswith("datetime64")
+
+
+def test_a_day_is_published_with_the_types_its_contract_declares(lifecycle: Lifecycle, drops: Path):
+    """A Parquet day whose `temp` is int32 and whose `dewp` has no fraction is published with
+    the declared float64 beside CSV days of float64: one physical type per column of the lake
+    table."""
+    lifecycle.load_dimensions()
+    weather = select("raw_weather", "validated_weather", "quarantined_weather")
+    write_csv_drop(drops, "weather", "2013-01-01", bundled_day("weather", "2013-01-01"))
+    assert lifecycle.materialize("2013-01-01", selection=weather).success
+    day = bundled_day("weather")
+    drop = drops / "weather" / f"{GOOD_DAY}.parquet"
+    (drops / "weather" / f"{GOOD_DAY}.csv").unlink()
+    day.assign(
+        temp=day.temp.round().astype("int32"), dewp=day.dewp.round().astype("int64")
+    ).to_parquet(drop)
+
+    assert lifecycle.materialize(selection=weather).success
+
+    raw = pq.read_schema(lifecycle.path("raw_weather"))
+    assert (str(raw.field("temp").type), str(raw.field("dewp").type)) == ("int32", "int64")
+    for partition in ("2013-01-01", GOOD_DAY):
+        schema = pq.read_schema(lifecycle.path("validated_weather", partition))
+        types = {name: str(schema.field(name).type) for name in ("temp", "dewp", "hour")}
+        assert types == {"temp": "double", "dewp": "double", "hour": "int64"}, partition
+    assert lifecycle.read("validated_weather").temp.tolist() == day.temp.round().tolist()
+
+
+def test_a_fraction_in_a_column_declared_int64_refuses_the_day(lifecycle: Lifecycle, drops: Path):
+    lifecycle.load_dimensions()
+    day = bundled_day("flights")
+    write_csv_drop(drops, "flights", GOOD_DAY, day.assign(distance=day.distance + 0.5))
+
+    result = lifecycle.materialize(selection=select("raw_flights", "validated_flights"))
+
+    assert not result.success
+    text = error_text(result)
+    assert f"partition {GOOD_DAY}: not published: rule distance.stored_as_int64 failed" in text
+    assert "943 of 943 rows hold a missing value or a fraction" in text, text
+    assert not lifecycle.path("validated_flights").exists()
 
 
 RANGE = ("2013-01-02", "2013-01-03", "2013-01-04", "2013-01-05")

@@ -279,3 +279,10 @@ def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(monke
     drops = source(USE_CASE)
     assert isinstance(drops, DropFolderSource)
     assert (drops.root, drops.max_drop_mib, drops.chunk_mib) == (str(tmp_path), 64.0, 0.5)
+    assert (drops.settle_s, drops.completion_suffix) == (2.0, None)
+
+    monkeypatch.setenv("ML_LIFECYCLE_DROP_SETTLE_S", "30")
+    monkeypatch.setenv("ML_LIFECYCLE_DROP_COMPLETION_SUFFIX", ".done")
+    drops = source(USE_CASE)
+    assert isinstance(drops, DropFolderSource)
+    assert (drops.settle_s, drops.completion_suffix) == (30.0, ".done")

@@ -1,6 +1,7 @@
 """The GX suites as plain functions: contracts validated directly, without Dagster."""
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -182,6 +183,9 @@ def test_a_missing_reference_set_is_refused(gx_resource: GreatExpectations):
 
 def test_contracts_refuse_nonsense_by_field_name():
     columns = (ColumnRule("id", "number"), ColumnRule("ts", "timestamp"))
+    with pytest.raises(ValueError, match=r"stored_as is for number columns, not \['ts'\]"):
+        stored = (columns[0], ColumnRule("ts", "timestamp", stored_as="int64"))
+        TableContract("t", stored, ("id",), "ts", min_rows=1, max_rejected_share=0.1)
     with pytest.raises(ValueError, match="max_rejected_share"):
         TableContract("t", columns, ("id",), "ts", min_rows=1, max_rejected_share=1.5)
     with pytest.raises(ValueError, match="min_rows"):
@@ -309,7 +313,9 @@ def test_a_mistyped_column_in_chunks_is_counted_on_the_whole_day(
     assert not chunked.passed
     assert _verdicts(chunked) == _verdicts(whole)
     rule = next(r for r in chunked.rules if r.rule == "dep_delay.is_number")
-    assert rule.observed == "3 of 943 rows hold text that is not a number"
+    assert rule.observed == (
+        "column of type object (declared number): 3 of 943 rows hold text that is not a number"
+    )
     assert rule.sample == ("'late'", "'NULL'", "'?'")
 
 
@@ -474,3 +480,111 @@ def test_days_that_cannot_share_a_screening_are_left_out_of_it(tmp_path: Path):
     reports = gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS)
 
     assert sorted(reports) == ["2013-03-04", "2013-03-07"]
+
+
+@pytest.mark.parametrize(
+    ("change", "observed"),
+    [
+        (lambda f: f.assign(note="x"), "unexpected: note"),
+        (
+            lambda f: f.rename(columns={"tailnum": "tail_number"}),
+            "missing: tailnum, unexpected: tail_number",
+        ),
+        (lambda f: f.drop(columns=["distance", "dest"]), "missing: dest, distance"),
+    ],
+    ids=["extra", "renamed", "missing"],
+)
+def test_a_column_set_off_the_contract_names_the_missing_and_unexpected_columns(
+    gx_resource: GreatExpectations, change, observed: str
+):
+    report = validate_flights(gx_resource, change(bundled_day("flights")))
+
+    [rule] = [r for r in report.failed_rules if r.rule == "columns.match_contract"]
+    assert rule.observed == observed
+    assert f"rule columns.match_contract (table): observed {observed}\n" in report.summary() + "\n"
+
+
+def test_a_number_column_stored_as_text_names_the_type_found_and_declared(
+    gx_resource: GreatExpectations, tmp_path: Path
+):
+    frame = bundled_day("flights")
+    path = tmp_path / "day.parquet"
+    frame.assign(distance=frame.distance.astype(str)).to_parquet(path)  # numbers, as text
+
+    report = validate_flights(gx_resource, pd.read_parquet(path))
+
+    [rule] = [r for r in report.failed_rules if r.rule == "distance.is_number"]
+    assert rule.observed == (
+        "column of type object (declared number) on 943 rows: every value is a number stored"
+        " as object; store the column as a number"
+    )
+    assert "0 of" not in report.summary()
+
+
+def test_a_text_column_stored_as_numbers_names_the_type_found_and_declared(
+    gx_resource: GreatExpectations,
+):
+    contract = TableContract(
+        table="codes",
+        columns=(ColumnRule("code", "text"), ColumnRule("at", "timestamp")),
+        natural_key=("code",),
+        event_time="at",
+        min_rows=1,
+        max_rejected_share=0.0,
+    )
+    frame = pd.DataFrame({"code": [1, 2, 3], "at": pd.Timestamp("2013-01-02T12:00Z")})
+
+    report = gx_resource.validate_partition(
+        contract, frame, partition=GOOD_DAY, window=DAY_WINDOW, timezone=DATA_TIMEZONE
+    )
+
+    [rule] = [r for r in report.failed_rules if r.rule == "code.is_text"]
+    assert rule.observed == "column of type int64 (declared text) on 3 rows"
+
+
+def test_published_rows_take_the_declared_type_or_the_kind_s_default():
+    contract = TableContract(
+        table="t",
+        columns=(
+            ColumnRule("temp", "number", stored_as="float64"),
+            ColumnRule("count", "number"),
+            ColumnRule("level", "number"),
+            ColumnRule("code", "text"),
+            ColumnRule("at", "timestamp"),
+        ),
+        natural_key=("at",),
+        event_time="at",
+        min_rows=0,
+        max_rejected_share=0.0,
+    )
+    frame = pd.DataFrame(
+        {
+            "temp": pd.array([39, 40], dtype="int32"),
+            "count": pd.array([1, 2], dtype="int16"),
+            "level": pd.array([0.5, None], dtype="float32"),
+            "code": [float("nan")] * 2,  # a text column with no value in a CSV day
+            "at": pd.to_datetime(["2013-01-02T12:00Z"] * 2).as_unit("us"),
+        }
+    )
+
+    stored = contract.as_stored(frame)
+
+    assert dict(stored.dtypes.astype(str)) == {
+        "temp": "float64",
+        "count": "int64",
+        "level": "float64",
+        "code": "object",
+        "at": "datetime64[ns, UTC]",
+    }
+    assert stored.temp.tolist() == [39.0, 40.0]
+    with pytest.raises(
+        expectations.StorageError, match="2 of 2 rows hold a missing value or a fraction"
+    ):
+        replace(
+            contract,
+            columns=(
+                *contract.columns[:2],
+                ColumnRule("level", "number", stored_as="int64"),
+                *contract.columns[3:],
+            ),
+        ).as_stored(frame)

@@ -1,12 +1,16 @@
 import datetime as dt
+import gzip
 import hashlib
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from resources import sources
 from resources.sources import DropFolderSource, SourceError, parse_timestamps
-from tests.conftest import GOOD_DAY, bundled_day, write_csv_drop
+from tests.conftest import GOOD_DAY, append_during_read, bundled_day, write_csv_drop
 from usecases.flights.contracts import FLIGHTS, WEATHER
 from usecases.flights.source import BundledFlightsSource, bundled_frame, bundled_path
 
@@ -304,3 +308,87 @@ def test_an_epoch_seconds_timestamp_column_becomes_utc_in_every_chunk(tmp_path: 
     }
     pd.testing.assert_frame_equal(read["epoch"].frame, read["iso"].frame)
     assert str(read["epoch"].frame["at"].dtype) == "datetime64[ns, UTC]"
+
+
+@pytest.mark.parametrize("chunk_mib", [1, 8 / 1024], ids=["one chunk", "in chunks"])
+def test_a_drop_that_grows_while_it_is_read_is_refused_as_still_being_written(
+    tmp_path: Path, monkeypatch, chunk_mib: float
+):
+    frame = bundled_day("flights")
+    path = write_csv_drop(tmp_path, "flights", GOOD_DAY, frame.iloc[:660])
+    before = path.stat().st_size
+    more = write_csv_drop(tmp_path / "rest", "flights", GOOD_DAY, frame.iloc[660:]).read_bytes()
+    appended = append_during_read(monkeypatch, path, more.split(b"\n", 1)[1])
+    source = DropFolderSource(root=str(tmp_path), chunk_mib=chunk_mib, settle_s=0)
+
+    with pytest.raises(SourceError, match="still being written") as caught:
+        list(source.read_day_chunks("flights", DAY, timestamp_columns=["time_hour"]).frames())
+
+    assert appended and appended[0] > before  # the producer did append during the read
+    assert caught.value.rule == "drop_complete"
+    assert f"grew from {before} to {appended[0]} bytes" in str(caught.value)
+    assert "'flights'" in str(caught.value) and GOOD_DAY in str(caught.value)
+
+
+def _young_drop(tmp_path: Path) -> Path:
+    path = write_csv_drop(tmp_path, "flights", GOOD_DAY, bundled_day("flights"))
+    now = time.time()
+    os.utime(path, (now, now))
+    return path
+
+
+def test_a_young_drop_that_changes_during_its_settle_time_is_refused(tmp_path: Path, monkeypatch):
+    path = _young_drop(tmp_path)
+    waits: list[float] = []
+
+    def producer_writes_on(seconds: float) -> None:
+        waits.append(seconds)
+        with path.open("ab") as producer:
+            producer.write(path.read_bytes().split(b"\n")[1] + b"\n")
+
+    monkeypatch.setattr(sources, "settle_wait", producer_writes_on)
+    source = DropFolderSource(root=str(tmp_path), settle_s=30)
+
+    with pytest.raises(SourceError, match="still being written") as caught:
+        source.read_day("flights", DAY)
+
+    assert len(waits) == 1 and 0 < waits[0] <= 30
+    assert "within the settle time of 30 s (settle_s)" in str(caught.value)
+
+
+def test_a_drop_is_read_once_it_has_stayed_unchanged_for_the_settle_time(
+    tmp_path: Path, monkeypatch
+):
+    path = _young_drop(tmp_path)
+    waits: list[float] = []
+    monkeypatch.setattr(sources, "settle_wait", waits.append)
+    source = DropFolderSource(root=str(tmp_path), settle_s=30)
+
+    assert len(source.read_day("flights", DAY).frame) == 943
+    assert len(waits) == 1  # young: watched before it was read
+
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    assert len(source.read_day("flights", DAY).frame) == 943
+    assert len(waits) == 1  # unchanged for longer than the settle time: read at once
+
+
+def test_a_drop_without_its_declared_completion_marker_is_refused(tmp_path: Path, monkeypatch):
+    path = _young_drop(tmp_path)
+    monkeypatch.setattr(sources, "settle_wait", pytest.fail)  # a marker replaces the wait
+    source = DropFolderSource(root=str(tmp_path), completion_suffix=".done")
+
+    with pytest.raises(SourceError, match=f"no completion marker {path.name}.done") as caught:
+        source.read_day("flights", DAY)
+    assert caught.value.rule == "drop_complete"
+
+    path.with_name(f"{path.name}.done").touch()
+    assert len(source.read_day("flights", DAY).frame) == 943
+
+
+def test_a_compressed_file_named_csv_is_refused_as_compressed(tmp_path: Path):
+    path = write_csv_drop(tmp_path, "flights", GOOD_DAY, bundled_day("flights"))
+    path.write_bytes(gzip.compress(path.read_bytes()))
+
+    with pytest.raises(SourceError, match="is gzip-compressed, not a plain CSV file"):
+        DropFolderSource(root=str(tmp_path), settle_s=0).read_day("flights", DAY)

@@ -85,6 +85,9 @@ def _grain(grain: str, key: tuple[str, ...] | None = None) -> tuple:
         # A day of flights of one carrier is many flights: keyed by the flight, not the carrier.
         ({"event_tables": _grain("entity_day", ("carrier", "flight"))},
          "event_tables[flight_schedule].grain"),
+        ({"event_tables": tuple(
+            dataclasses.replace(t, same_events_as="nowhere") for t in FLIGHTS.event_tables
+        )}, "event_tables[flight_schedule].same_events_as"),
     ],
 )  # fmt: skip
 def test_a_wrong_declaration_is_refused_naming_the_use_case_and_the_field(change, field):

@@ -122,6 +122,7 @@ USE_CASE = UseCase(
             "The day's departures from New York airports and how they went, as delivered.",
             publish=flag_cancellations,
             counted_flags=("cancelled", "diverted"),
+            same_events_as=SCHEDULE.table,
         ),
         EventTable(
             WEATHER, "The day's hourly weather at the origin airports, exactly as delivered."
