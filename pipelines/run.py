@@ -422,7 +422,15 @@ class Summary:
         label = case.label
         meta = self.metadata(training, "training_set")
         if not training.success or meta is None:
-            return [self.not_run(f"training set {training.window}", training)]
+            lines = [self.not_run(f"training set {training.window}", training)]
+            refused = [d.partition for d in self.days if not d.success and not d.stopped]
+            if training.ran and not training.stopped and refused:
+                # A step reading a table of those days finds none: say which days to look at.
+                lines.append(
+                    f"    {len(refused)} day(s) were refused, so their tables were not published"
+                    f" for it to read: {', '.join(refused)} (why: above)"
+                )
+            return lines
         parts = []
         for part in ("train", "validation", "test"):
             rate = meta.get(f"positive_rate_{part}")

@@ -269,3 +269,25 @@ def test_a_training_stopped_midway_says_it_resumes():
     assert "resumes it from its last committed checkpoint" in text
     assert "predictions 2013-01-06: not run (stopped before it)" in text
     no_placeholder(text)
+
+
+def test_a_training_set_that_fails_after_refused_days_names_them():
+    days = [
+        DayOutcome("2013-01-01", True),
+        DayOutcome("2013-01-02", False, problems=["flights 2013-01-02: 3 rows repeat a key"]),
+        DayOutcome("2013-01-03", False, stopped=True),
+    ]
+    failed = AssetRun(False, "[2013-01-01, 2013-01-04)")
+    failed.problem = "FileNotFoundError: 'user_history': batch source path does not exist"
+    summary = Summary(TINY, days, failed, AssetRun(False, "", ran=False), {}, 1.0)
+
+    lines = summary.training_lines()
+    assert lines[0] == (
+        "  training set [2013-01-01, 2013-01-04): FAILED: FileNotFoundError: 'user_history':"
+        " batch source path does not exist"
+    )
+    assert lines[1] == (
+        "    1 day(s) were refused, so their tables were not published for it to read:"
+        " 2013-01-02 (why: above)"
+    )
+    assert "  training: not run (the step before it failed)" in summary.model_lines()
