@@ -33,7 +33,7 @@ import dagster as dg
 
 from assets.usecase import Trailing, UseCase
 from pipelines.jobs import definition_name
-from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise
+from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if STOP_FD not in os.environ:  # the command itself: the work runs in a worker it can stop
-        return supervise("pipelines.run", sys.argv[1:] if argv is None else argv)
+        return supervise_worker("pipelines.run", sys.argv[1:] if argv is None else argv)
     if args.processes:  # read when the definitions are built, below
         os.environ["ML_LIFECYCLE_TRAIN_PROCESSES"] = str(args.processes)
 

@@ -11,10 +11,10 @@ there a step with a retry policy turns the interrupt into a retry like any error
 CANCELED only if its status is CANCELING when the interrupt reaches the run's end; otherwise
 "No user initiated termination request was found, treating as failure". So:
 
-- `supervise` runs the command's work in a worker process of its own session and takes the
-  signals itself (no Dagster run executes in it, so its handlers stay). On a stop it writes the
-  signal's number to a pipe the worker reads in a thread (`Stops`), waits for the worker, and
-  exits 128 + that number.
+- `supervise_worker` runs the command's work in a worker process of its own session and takes
+  the signals itself (no Dagster run executes in it, so its handlers stay). On a stop it writes
+  the signal's number to a pipe the worker reads in a thread (`Stops`), waits for the worker
+  (`STOP_GRACE_S` at most, then kills it), and exits 128 + that number.
 - That thread marks the worker's run in progress CANCELING (what a run launcher's terminate
   does first), and only then interrupts the worker's main thread with `INTERRUPT` (SIGUSR1, a
   signal Dagster leaves alone).
@@ -24,11 +24,19 @@ CANCELED only if its status is CANCELING when the interrupt reaches the run's en
   policy lets through, and a `DagsterExecutionInterruptedError`, by which the step and then the
   run end as interrupted, hence CANCELED. No further run starts (`Stops.check`).
 
+`make dev` runs `dagster dev` under `supervise` too (`python -m pipelines.stops`): a signal to
+make's process group otherwise reaches `dagster dev` twice (from the terminal or supervisor, and
+forwarded by make), and the second aborts its shutdown of the webserver and the daemon
+("Aborted!"), which are then left to end on their own; and a webserver whose browser
+connections stay open does not end at all. Under `supervise`, `dagster dev` gets one SIGINT and
+shuts its services down through their shutdown pipes; what is left after the grace is killed.
+
 Blocking the signals in one process instead (and `sigwait`) does not do: a blocked mask is
 inherited by every child process, and Dagster's own (the compute logs' `tail`) then ignore the
 SIGTERM that ends them, which costs 30 s each.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,7 +44,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import TypeVar
 
@@ -68,43 +76,77 @@ def exit_code(signum: int) -> int:
     return 128 + signum
 
 
-def supervise(module: str, argv: Sequence[str]) -> int:
-    """Run `python -m module *argv` as the worker, in a session of its own (a terminal's Ctrl-C
-    or a signal to this process group reaches this process only), and turn SIGTERM and SIGINT
-    into a stop of it. The worker's exit code; 128 + the signal's number after a stop."""
-    read, write = os.pipe()
+def supervise(
+    command: Sequence[str],
+    stop: Callable[[subprocess.Popen, int], None],
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> int:
+    """Run `command` in a session of its own (a terminal's Ctrl-C, or a signal to this process
+    group, reaches this process only) and turn the first SIGTERM or SIGINT into `stop(process,
+    signal)`; a command not ended `STOP_GRACE_S` later is killed with its process group. Its exit
+    code; 128 + the signal's number after a stop."""
     stopped: list[tuple[int, float]] = []
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if not stopped:  # a second signal while stopping: the stop is under way
+        if not stopped:  # a second signal while stopping (make forwards one): under way
             stopped.append((signum, time.monotonic()))
-            os.write(write, bytes([signum]))
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", module, *argv],
-            env={**os.environ, STOP_FD: str(read)},
-            pass_fds=(read,),
-            start_new_session=True,
-        )
-        os.close(read)
+        process = subprocess.Popen(command, env=env, pass_fds=pass_fds, start_new_session=True)
+        told = False
         while True:
             try:
                 # A timeout even before a stop: a wait without one would outlast the grace.
-                code = worker.wait(timeout=POLL_S)
+                code = process.wait(timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                if stopped and time.monotonic() - stopped[0][1] > STOP_GRACE_S:
-                    sys.stderr.write(
-                        f"the stopped work did not end in {STOP_GRACE_S:.0f} s: killed\n"
-                    )
-                    os.killpg(worker.pid, signal.SIGKILL)
+                if stopped and not told:
+                    stop(process, stopped[0][0])
+                    told = True
+                elif stopped and time.monotonic() - stopped[0][1] > STOP_GRACE_S:
+                    sys.stderr.write(f"not ended {STOP_GRACE_S:.0f} s after the stop: killed\n")
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
     finally:
-        os.close(write)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return exit_code(stopped[0][0]) if stopped else code
+
+
+def supervise_worker(module: str, argv: Sequence[str]) -> int:
+    """`supervise` `python -m module *argv`, a worker that takes its stop through `Stops`."""
+    read, write = os.pipe()
+
+    def stop(_worker: subprocess.Popen, signum: int) -> None:
+        os.write(write, bytes([signum]))
+
+    try:
+        return supervise(
+            [sys.executable, "-m", module, *argv],
+            stop,
+            env={**os.environ, STOP_FD: str(read)},
+            pass_fds=(read,),
+        )
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m pipelines.stops COMMAND...` (`make dev`): `COMMAND` stopped by one SIGINT,
+    the interrupt a Dagster process shuts down on (`dagster dev` then stops its webserver,
+    daemon and code servers through their shutdown pipes)."""
+    command = list(sys.argv[1:] if argv is None else argv)
+    if not command:
+        sys.stderr.write("usage: python -m pipelines.stops COMMAND [ARG...]\n")
+        return 2
+    return supervise(command, lambda process, _signum: process.send_signal(signal.SIGINT))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 class Stopped(BaseException):

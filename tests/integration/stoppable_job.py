@@ -1,7 +1,7 @@
-"""A command like `make run` for the stop tests: under `pipelines.stops.supervise`, three runs of
-a job whose `waits` step (with a retry policy, as the lifecycle's steps have) writes the file
-`STOPPABLE_MARK` names and then works until it is interrupted; `other` runs beside it. Prints
-each run's id and status as it ends, and "stopped by <SIGNAL>" when stopped.
+"""A command like `make run` for the stop tests: under `pipelines.stops.supervise_worker`,
+three runs of a job whose `waits` step (with a retry policy, as the lifecycle's steps have)
+writes the file `STOPPABLE_MARK` names and then works until it is interrupted; `other` runs
+beside it. Prints each run's id and status as it ends, and "stopped by <SIGNAL>" when stopped.
 
     python -m tests.integration.stoppable_job
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise
+from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 
 MARK = "STOPPABLE_MARK"
 
@@ -43,7 +43,7 @@ JOB = dg.define_asset_job("stoppable", ASSETS).resolve(
 
 def main() -> int:
     if STOP_FD not in os.environ:
-        return supervise("tests.integration.stoppable_job", sys.argv[1:])
+        return supervise_worker("tests.integration.stoppable_job", sys.argv[1:])
     with dg.DagsterInstance.get() as instance, Stops(instance) as stops:
         try:
             for _ in range(3):
