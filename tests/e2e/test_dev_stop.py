@@ -20,6 +20,7 @@ import pytest
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
+from tests.conftest import processes_with
 from tests.world import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -41,14 +42,7 @@ def answers(url: str) -> bool:
 
 
 def processes_of(home: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("ML_LIFECYCLE_HOME") == str(home):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes_with("ML_LIFECYCLE_HOME", str(home))
 
 
 @contextmanager

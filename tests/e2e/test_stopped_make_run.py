@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from ml.train import HOLD_AFTER_CHECKPOINT
-from tests.conftest import CASE, lake_file, node
+from tests.conftest import CASE, lake_file, node, processes_with
 from tests.world import LENIENT, QUIET, REPO, make_drops
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -111,14 +111,7 @@ class Home:
         return Command(process.returncode, out, runs, gone)
 
     def processes_left(self) -> list[psutil.Process]:
-        left = []
-        for process in psutil.process_iter():
-            try:
-                if process.environ().get("ML_LIFECYCLE_HOME") == str(self.home):
-                    left.append(process)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return left
+        return processes_with("ML_LIFECYCLE_HOME", str(self.home))
 
     def step_started(self, job: str, step: str | None = None) -> Callable[[], bool]:
         """Whether a run of `job` is under way with `step` (any step when None) started."""

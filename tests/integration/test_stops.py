@@ -14,6 +14,7 @@ import dagster as dg
 import psutil
 import pytest
 
+from tests.conftest import processes_with
 from tests.integration.stoppable_job import MARK
 from tests.world import REPO
 
@@ -22,15 +23,7 @@ STOP_WITHIN_S = 15.0
 
 
 def processes_of(home: Path) -> list[psutil.Process]:
-    """The live processes whose environment names `home` (the command and its children)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("DAGSTER_HOME") == str(home):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes_with("DAGSTER_HOME", str(home))
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
