@@ -11,6 +11,9 @@ with a step started in the instance, or the file a held training writes after it
 checkpoint (`ml.train.HOLD_AFTER_CHECKPOINT`). On three days the gate refuses the model (no
 champion), which the summary says; a champion for the scoring stop is then trained as
 `test_killed_runs` does, with a lenient gate.
+
+A training resumes only the same code (`ml.manifest.git_commit`, `+dirty` included): a commit
+or an edit of a tracked file while this module runs makes the rerun train anew, and fail here.
 """
 
 import json
