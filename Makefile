@@ -62,8 +62,12 @@ test: $(ENV_STAMP)
 # project layout, neither of which this package has).
 DEV_WARNINGS := ignore:Function `dev_command` is superseded
 
+# Under pipelines.stops: Ctrl-C or SIGTERM reaches `dagster dev` once, as one SIGINT, and it shuts
+# its webserver and daemon down; anything left 12 s later is killed (pipelines/stops.py says why).
+DEV_PORT ?= 3000
 dev: $(ENV_STAMP) instance
-	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port 3000
+	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/python -m pipelines.stops \
+	  $(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port $(DEV_PORT)
 
 mlflow: $(ENV_STAMP)
 	@echo "MLflow on http://127.0.0.1:5000/#/?workflowType=machine_learning (its training view)"

@@ -433,6 +433,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 "metric": policy.metric,
                 "tested": figure(tested.get(policy.metric)),
                 "day_rows": measured_day.rows,
+                "min_rows": config.min_rows,  # fewer: the figure is not judged (nor shown)
                 f"day_{policy.metric}": figure(measured_day.value),
                 f"day_{policy.metric}_interval": dg.MetadataValue.json(
                     [figure(measured_day.low), figure(measured_day.high)]

@@ -20,17 +20,20 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import signal
 import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from assets.usecase import Trailing, UseCase
 from pipelines.jobs import definition_name
+from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
@@ -145,6 +148,8 @@ class DayOutcome:
     """Why the day was refused: failed checks and steps."""
     quarantines: list[str] = field(default_factory=list)
     """Which rules quarantined rows of a published day."""
+    stopped: bool = False
+    """Its run was stopped before the day was done (neither published nor refused)."""
 
     def merged(self, later: "DayOutcome") -> "DayOutcome":
         """This day's outcome together with that of a later run of it (its features)."""
@@ -155,6 +160,7 @@ class DayOutcome:
             self.materialized | later.materialized,
             self.problems + later.problems,
             self.quarantines + later.quarantines,
+            self.stopped or later.stopped,
         )
 
 
@@ -179,19 +185,42 @@ def ensure_dagster_home(home: Path, instance_file: Path) -> Path:
     return dagster_home
 
 
+def execute(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, stops: Stops | None, **kwargs: Any
+) -> dg.ExecuteInProcessResult:
+    """One run of `job` in this process (`execute_in_process`'s `kwargs`); under `stops`, a
+    stop ends it CANCELED and no run starts after one (`Stopped`)."""
+
+    def run(run_id: str | None = None) -> dg.ExecuteInProcessResult:
+        return job.execute_in_process(
+            instance=instance, raise_on_error=False, run_id=run_id, **kwargs
+        )
+
+    return run() if stops is None else stops.run(job.name, run)
+
+
 def run_days(
-    job: dg.JobDefinition, instance: dg.DagsterInstance, partitions: Sequence[str]
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    partitions: Sequence[str],
+    stops: Stops | None = None,
 ) -> dict[str, DayOutcome]:
     """One run of `job` over the consecutive `partitions`, as a batched backfill takes them:
     each day keeps its own materializations and check results, and a refused day refuses only
     itself."""
-    result = job.execute_in_process(
-        instance=instance,
-        raise_on_error=False,
+    result = execute(
+        job,
+        instance,
+        stops,
         run_config=QUIET,
         tags={**run_tags(), RANGE_START_TAG: partitions[0], RANGE_END_TAG: partitions[-1]},
     )
     return day_outcomes(result, partitions)
+
+
+def canceled(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether the run was stopped (it ended CANCELED)."""
+    return any(event.event_type == dg.DagsterEventType.RUN_CANCELED for event in result.all_events)
 
 
 def day_outcomes(
@@ -199,7 +228,8 @@ def day_outcomes(
 ) -> dict[str, DayOutcome]:
     """What a run of `partitions` did to each of them. A day succeeded when none of its checks
     failed and every asset the job selects for it was materialized (a ranged step that refused a
-    day fails as a whole, having published the others)."""
+    day fails as a whole, having published the others); in a stopped run, a day that is neither
+    is stopped, not refused."""
     outcomes = {day: DayOutcome(partition=day, success=True) for day in partitions}
     single = partitions[0] if len(partitions) == 1 else None
     failed_steps = []
@@ -226,8 +256,13 @@ def day_outcomes(
                 f"step {event.step_key} failed: {error.message.strip() if error else 'unknown'}"
             )
     selected = {key.to_user_string() for key in result.job_def.asset_layer.selected_asset_keys}
+    stopped = canceled(result)
     for outcome in outcomes.values():
-        if single is not None:
+        if stopped:
+            # Published before the stop, refused by its checks, or else interrupted.
+            if outcome.success and not selected <= outcome.materialized:
+                outcome.success, outcome.stopped = False, True
+        elif single is not None:
             outcome.success = result.success
             outcome.problems += failed_steps
         elif outcome.success and not selected <= outcome.materialized:
@@ -249,6 +284,10 @@ class AssetRun:
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     """(check, passed, description) of every asset check that ran."""
     problem: str = ""
+    stopped: str = ""
+    """The step a stop interrupted (the run ended CANCELED); empty when not stopped."""
+    ran: bool = True
+    """False for a run that never started (an earlier step failed, or the command stopped)."""
 
 
 def run_assets(
@@ -257,16 +296,19 @@ def run_assets(
     window: str = "",
     ops: Mapping[str, object] | None = None,
     partition: str | None = None,
+    stops: Stops | None = None,
 ) -> AssetRun:
     """One run of `job` (of `partition`, with the `ops` config), in this process."""
-    result = job.execute_in_process(
-        instance=instance,
+    result = execute(
+        job,
+        instance,
+        stops,
         partition_key=partition,
-        raise_on_error=False,
         run_config={**QUIET, "ops": dict(ops or {})},
         tags=run_tags(),
     )
     outcome = AssetRun(result.success, window)
+    stopped = canceled(result)
     for event in result.all_events:
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization
@@ -280,12 +322,30 @@ def run_assets(
             )
         elif event.is_step_failure and event.step_failure_data.error:
             outcome.problem = event.step_failure_data.error.message.strip()
+            if stopped:
+                outcome.stopped = event.step_key or job.name
+    if stopped and not outcome.stopped:
+        outcome.stopped = "between its steps"
     return outcome
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The signal that stopped `make run`, and the job whose run it stopped (empty: between
+    runs)."""
+
+    signum: int
+    job: str = ""
+
+    def __str__(self) -> str:
+        during = f" during a run of {self.job}" if self.job else " between runs"
+        return f"STOPPED by {signal.Signals(self.signum).name}{during}"
 
 
 @dataclass
 class Summary:
-    """What `make run` did for one use case, as the terminal shows it."""
+    """What `make run` did for one use case, as the terminal shows it: never a placeholder; what
+    did not happen says so and why."""
 
     case: UseCase
     days: list[DayOutcome]
@@ -296,6 +356,13 @@ class Summary:
     seconds: float
     ahead: dict[str, AssetRun] = field(default_factory=dict)
     """The `predict_day` run of the day after the window (a use case that predicts ahead)."""
+    planned: Sequence[str] = ()
+    """Every day the command was to process (default: those of `days`)."""
+    to_score: Sequence[str] = ()
+    """The test days the command was to score (default: those of `scored`)."""
+    stop: Stop | None = None
+    split: str = ""
+    """Where the training set's days begin each part, and where those dates came from."""
 
     def metadata(self, run: AssetRun, asset: str) -> dict[str, object] | None:
         """The metadata of `asset` (the use case's asset of that name) that `run` materialized."""
@@ -318,11 +385,24 @@ class Summary:
     def day_lines(self) -> list[str]:
         case = self.case
         published = sum(day.success for day in self.days)
+        stopped = [day.partition for day in self.days if day.stopped]
+        refused = len(self.days) - published - len(stopped)
+        planned = len(self.planned) or len(self.days)
         online = case.key("online_features").to_user_string()
+        if self.stop is None:
+            head = (
+                f"Ran {len(self.days)} day(s) of {case.name}, a training set, training, the gates"
+                f" and scoring in {self.seconds:.1f} s: {published} day(s) published,"
+                f" {refused} refused."
+            )
+        else:
+            head = (
+                f"{self.stop} after {self.seconds:.1f} s; of {planned} day(s) of {case.name}:"
+                f" {published} published, {refused} refused, {len(stopped)} interrupted,"
+                f" {planned - len(self.days)} not started. The next `make run` takes up the rest."
+            )
         lines = [
-            f"Ran {len(self.days)} day(s) of {case.name}, a training set, training, the gates and"
-            f" scoring in {self.seconds:.1f} s: {published} day(s) published,"
-            f" {len(self.days) - published} refused.",
+            head,
             *(
                 f"  {t}: {self.total(f'raw_{t}')} received, {self.total(f'validated_{t}')}"
                 f" published, {self.total(f'quarantined_{t}')} quarantined"
@@ -333,17 +413,41 @@ class Summary:
             f"  online store: {sum(online in day.materialized for day in self.days)} day(s)"
             " materialized",
         ]
+        if stopped:
+            lines.append(
+                f"  interrupted (partly written; redone by the next run): {_days(stopped)}"
+            )
         for day in self.days:
             for line in day.quarantines + day.problems:
                 lines.append("  " + line.replace("\n", "\n  "))
         return lines
+
+    def not_run(self, what: str, run: AssetRun, before: AssetRun | None = None) -> str:
+        """Why `what` (whose run is `run`) did not happen, `before` being the run it needed."""
+        if run.stopped:
+            return f"  {what}: STOPPED during {run.stopped} (its run CANCELED)"
+        if self.stop is not None and not run.ran:
+            return f"  {what}: not run (stopped before it)"
+        if before is not None and before.stopped:
+            return f"  {what}: not run (stopped before it)"
+        if before is not None and not before.success:
+            return f"  {what}: not run (the step before it failed)"
+        return f"  {what}: FAILED: {run.problem or 'see `make dev` → Runs'}"
 
     def training_lines(self) -> list[str]:
         case, training = self.case, self.training
         label = case.label
         meta = self.metadata(training, "training_set")
         if not training.success or meta is None:
-            return [f"  training set {training.window}: FAILED: {training.problem}"]
+            lines = [self.not_run(f"training set {training.window}", training)]
+            refused = [d.partition for d in self.days if not d.success and not d.stopped]
+            if training.ran and not training.stopped and refused:
+                # A step reading a table of those days finds none: say which days to look at.
+                lines.append(
+                    f"    {len(refused)} day(s) were refused, so their tables were not published"
+                    f" for it to read: {', '.join(refused)} (why: above)"
+                )
+            return lines
         parts = []
         for part in ("train", "validation", "test"):
             rate = meta.get(f"positive_rate_{part}")
@@ -351,6 +455,7 @@ class Summary:
             parts.append(f"{part} {meta.get(f'rows_{part}')} rows{positive}")
         return [
             f"  training set {training.window}: {', '.join(parts)}",
+            *([f"    split: {self.split}"] if self.split else []),
             f"    {case.registered_model} predicts {label.column} of {label.view} ({label.task})"
             f" from {meta.get('features')} features of {meta.get('feature_service')};"
             f" {meta.get('unlabelled_rows_left_out')} rows without a label left out;"
@@ -359,6 +464,12 @@ class Summary:
 
     def model_lines(self) -> list[str]:
         model, lines = self.model, []
+        if not model.ran or model.stopped:
+            lines.append(self.not_run("training", model, self.training))
+            if model.stopped:
+                lines.append(
+                    "    the next `make run` resumes it from its last committed checkpoint"
+                )
         if trained := self.metadata(model, "trained_model"):
             weights = Path(str(trained.get("weights")))
             lines += [
@@ -404,17 +515,40 @@ class Summary:
             ]
         elif evaluation:
             lines.append(f"  registered: nothing; {self.case.registered_model}'s champion stays")
-        if not model.success and model.problem:
-            lines.append(f"  training/deployment stopped: {model.problem}")
+        if model.ran and not model.success and not model.stopped:
+            lines.append(f"  training/deployment FAILED: {model.problem or 'see `make dev`'}")
         return lines
+
+    def why_not_scored(self) -> str:
+        """Why a scoring run that succeeded made no predictions: there was no champion, and
+        what this command's training did about it."""
+        model = self.model
+        evaluation = self.metadata(model, "model_evaluation") or {}
+        if model.stopped or not model.ran:
+            because = "training was stopped" if self.stop else "training did not run"
+        elif decision := evaluation.get("decision"):
+            because = f"the gate's decision: {decision}: {evaluation.get('reasons')}"
+        elif not model.success:
+            because = f"training failed: {model.problem or 'see `make dev`'}"
+        else:
+            because = "no model was registered"
+        return f"not scored: no champion of {self.case.registered_model}; {because}"
 
     def scoring_lines(self) -> list[str]:
         sensor = definition_name(self.case, "drift_retrain")
         decay = definition_name(self.case, "decay_retrain")
         lines = []
+        unscored = [day for day in self.to_score if day not in self.scored]
+        if unscored:
+            never = AssetRun(False, "", ran=False)
+            lines.append(self.not_run(f"predictions {_days(unscored)}", never, self.model))
         for day, outcome in self.scored.items():
-            meta = self.metadata(outcome, "batch_predictions") or {}
-            if outcome.success:
+            meta = self.metadata(outcome, "batch_predictions")
+            if outcome.stopped or not outcome.success:
+                lines.append(self.not_run(f"predictions {day}", outcome))
+            elif meta is None:
+                lines.append(f"  predictions {day}: {self.why_not_scored()}")
+            else:
                 mean = ""
                 if self.case.label.task == "binary" and "mean_probability" in meta:
                     mean = f", mean probability {_number(meta['mean_probability'], '.3f')}"
@@ -424,8 +558,6 @@ class Summary:
                     f" {meta.get('rows_with_missing_features')} with missing features"
                     f" → {meta.get('path')}"
                 )
-            else:
-                lines.append(f"  predictions {day}: FAILED: {outcome.problem}")
             if drift := self.metadata(outcome, "feature_drift"):
                 failed = drift.get("failed_features")  # a count
                 event = (
@@ -443,12 +575,10 @@ class Summary:
                 metric = real.get("metric")
                 found = real.get(f"window_{metric}_interval")
                 interval = found if isinstance(found, list) and len(found) == 2 else [None, None]
+                window = _measured(real, "window", interval)
                 lines.append(
-                    f"  realized {day}: {metric} {_number(real.get(f'day_{metric}'), '.3f')} on"
-                    f" {real.get('day_rows')} rows; window {real.get('window')}:"
-                    f" {_number(real.get(f'window_{metric}'), '.3f')}"
-                    f" [{_number(interval[0], '.3f')}, {_number(interval[1], '.3f')}] on"
-                    f" {real.get('window_rows')} rows vs {_number(real.get('tested'), '.3f')}"
+                    f"  realized {day}: {_measured(real, 'day')}; window {real.get('window')}:"
+                    f" {window} vs {_number(real.get('tested'), '.3f')}"
                     f" tested: {real.get('verdict')}{_why_not_judged(real)}"
                     + (
                         f", a DECAY EVENT (the {decay} sensor requests a retrain)"
@@ -461,9 +591,12 @@ class Summary:
     def ahead_lines(self) -> list[str]:
         case, lines = self.case, []
         for day, outcome in self.ahead.items():
-            meta = self.metadata(outcome, "batch_predictions") or {}
-            if not outcome.success:
-                lines.append(f"  next day {day}: prediction FAILED: {outcome.problem}")
+            meta = self.metadata(outcome, "batch_predictions")
+            if outcome.stopped or not outcome.success:
+                lines.append(self.not_run(f"next day {day}: prediction", outcome))
+                continue
+            if meta is None:
+                lines.append(f"  next day {day}: {self.why_not_scored()}")
                 continue
             lines.append(
                 f"  next day {day}: predicted before it, from {', '.join(case.ahead_tables)}"
@@ -522,6 +655,28 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
     ]
 
 
+def _measured(realized: Mapping[str, object], scope: str, interval: list | None = None) -> str:
+    """The `day` or `window` figure of a `realized_performance` materialization, with its
+    interval when given; "too few rows" below the declared minimum, never a placeholder."""
+    metric, rows = realized.get("metric"), realized.get(f"{scope}_rows")
+    least, value = realized.get("min_rows"), realized.get(f"{scope}_{metric}")
+    if isinstance(rows, int) and isinstance(least, int) and rows < least:
+        return f"{metric}: too few rows ({rows} < {least})"
+    if value is None:
+        return f"{metric} not measurable on {rows} rows"
+    spread = ""
+    if interval and None not in interval:
+        spread = f" [{_number(interval[0], '.3f')}, {_number(interval[1], '.3f')}]"
+    return f"{metric} {_number(value, '.3f')}{spread} on {rows} rows"
+
+
+def _days(days: Sequence[str]) -> str:
+    """Days as a reader takes them in: one, or the first and last of several, with the count."""
+    if len(days) == 1:
+        return days[0]
+    return f"{days[0]} .. {days[-1]} ({len(days)} days)"
+
+
 def _why_not_judged(realized: Mapping[str, object]) -> str:
     """Why a realized window was not judged (its reason up to the figures), or nothing."""
     if realized.get("verdict") != "not_judged":
@@ -564,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
         help="torchrun workers (DDP over gloo); 0 lets the launcher measure the fastest layout",
     )
     args = parser.parse_args(argv)
+    if STOP_FD not in os.environ:  # the command itself: the work runs in a worker it can stop
+        return supervise_worker("pipelines.run", sys.argv[1:] if argv is None else argv)
     if args.processes:  # read when the definitions are built, below
         os.environ["ML_LIFECYCLE_TRAIN_PROCESSES"] = str(args.processes)
 
@@ -601,71 +758,96 @@ def main(argv: list[str] | None = None) -> int:
     home = local_home()
     ensure_dagster_home(home, instance_file(environment()))
     began = time.perf_counter()
-    with dg.DagsterInstance.get() as instance:
-        # A run an earlier, killed `make run` left unfinished would hold its pool slots forever.
-        for released in release_dead_runs(instance):
-            print(f"run {released.run_id} ({released.job_name}): {released.reason}", flush=True)
-        setups = [("apply_feature_registry", "Applying the Feast registry")]
-        if case.dimensions:
-            setups.insert(0, ("load_dimensions", "Loading the dimension tables"))
-        for setup, what in setups:
-            if not run_assets(job(setup), instance).success:
-                print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
-                return 1
-        # Every day is ingested and validated first, a backfill run's worth of days at a time
-        # (GX imported and each source read once); then the window's published days get their
-        # feature tables and online store in one run of each unbroken stretch. The lead-in days
-        # only feed the window's trailing features: their own would need a lead-in of their own.
-        outcomes: dict[str, DayOutcome] = {}
-        ingest, per_run = job("ingest_and_validate"), case.partitions.days_per_run
-        for at in range(0, len(partitions), per_run):
-            outcomes |= run_days(ingest, instance, partitions[at : at + per_run])
-        window_days = partitions[len([p for p in partitions if dt.date.fromisoformat(p) < start]) :]
-        for stretch in published_stretches(window_days, outcomes):
-            for step in ("build_features", "write_online_store"):
-                for day, done in run_days(job(step), instance, stretch).items():
-                    outcomes[day] = outcomes[day].merged(done)
-                stretch = [day for day in stretch if outcomes[day].success]
-                if not stretch:
-                    break
-        for partition, outcome in outcomes.items():
-            status = "published" if outcome.success else "REFUSED"
-            lead = " (history lead-in)" if partition not in window_days else ""
-            print(f"{partition}: {status}{lead}", flush=True)
-        training = run_assets(
-            job("build_training_set"),
-            instance,
-            f"[{window['start']}, {window['end']}), validation from {window['validation_start']},"
-            f" test from {window['test_start']}: {split_from}",
-            ops={case.key("training_set").to_python_identifier(): {"config": window}},
-        )
-        model = AssetRun(False, "")
-        scored: dict[str, AssetRun] = {}
-        ahead: dict[str, AssetRun] = {}
-        following = (end + dt.timedelta(days=1)).isoformat()
-        if training.success:
-            model = run_assets(job("train_model"), instance)
-            # The test days: the champion (new, or kept when the gate refused) scores them.
-            scoring = job("score_day")
-            scored = {
-                day: run_assets(scoring, instance, day, partition=day)
-                for day in partitions
-                if day >= window["test_start"]
-            }
-            # The day after: predicted as the nightly run would, before any of it is known.
-            if case.predicts_ahead and following <= str(
-                case.partitions.definition().get_last_partition_key()
-            ):
-                ahead[following] = run_assets(
-                    job("predict_day"), instance, following, partition=following
-                )
+    outcomes: dict[str, DayOutcome] = {}
+    training = AssetRun(False, f"[{window['start']}, {window['end']})", ran=False)
+    split = (
+        f"validation from {window['validation_start']}, test from {window['test_start']};"
+        f" {split_from}"
+    )
+    model = AssetRun(False, "", ran=False)
+    scored: dict[str, AssetRun] = {}
+    ahead: dict[str, AssetRun] = {}
+    with dg.DagsterInstance.get() as instance, Stops(instance) as stops:
+        try:
+            # A run an earlier, killed `make run` left unfinished would hold its pool slots.
+            for released in release_dead_runs(instance):
+                print(f"run {released.run_id} ({released.job_name}): {released.reason}", flush=True)
+            setups = [("apply_feature_registry", "Applying the Feast registry")]
+            if case.dimensions:
+                setups.insert(0, ("load_dimensions", "Loading the dimension tables"))
+            for setup, what in setups:
+                if not run_assets(job(setup), instance, stops=stops).success:
+                    stops.check()
+                    print(f"{what} failed; see `make dev` → Runs.", file=sys.stderr)
+                    return 1
+            # Every day is ingested and validated first, a backfill run's worth of days at a
+            # time (GX imported and each source read once); then the window's published days
+            # get their feature tables and online store in one run of each unbroken stretch. The
+            # lead-in days only feed the window's trailing features: their own would need a
+            # lead-in of their own.
+            ingest, per_run = job("ingest_and_validate"), case.partitions.days_per_run
+            for at in range(0, len(partitions), per_run):
+                outcomes |= run_days(ingest, instance, partitions[at : at + per_run], stops)
+            stops.check()
+            lead_in = len([p for p in partitions if dt.date.fromisoformat(p) < start])
+            window_days = partitions[lead_in:]
+            for stretch in published_stretches(window_days, outcomes):
+                for step in ("build_features", "write_online_store"):
+                    for day, done in run_days(job(step), instance, stretch, stops).items():
+                        outcomes[day] = outcomes[day].merged(done)
+                    stretch = [day for day in stretch if outcomes[day].success]
+                    if not stretch:
+                        break
+            stops.check()
+            for partition, outcome in outcomes.items():
+                status = "published" if outcome.success else "REFUSED"
+                lead = " (history lead-in)" if partition not in window_days else ""
+                print(f"{partition}: {status}{lead}", flush=True)
+            training = run_assets(
+                job("build_training_set"),
+                instance,
+                training.window,
+                ops={case.key("training_set").to_python_identifier(): {"config": window}},
+                stops=stops,
+            )
+            following = (end + dt.timedelta(days=1)).isoformat()
+            if training.success:
+                model = run_assets(job("train_model"), instance, stops=stops)
+                # The test days: the champion (new, or kept when the gate refused) scores them.
+                scoring = job("score_day")
+                for day in partitions:
+                    if day >= window["test_start"]:
+                        scored[day] = run_assets(scoring, instance, day, partition=day, stops=stops)
+                # The day after: predicted as the nightly run would, before any of it is known.
+                if case.predicts_ahead and following <= str(
+                    case.partitions.definition().get_last_partition_key()
+                ):
+                    ahead[following] = run_assets(
+                        job("predict_day"), instance, following, partition=following, stops=stops
+                    )
+            stops.check()
+        except Stopped:
+            pass
+    test_days = [day for day in partitions if day >= window["test_start"]]
     summary = Summary(
-        case, list(outcomes.values()), training, model, scored, time.perf_counter() - began, ahead
+        case,
+        list(outcomes.values()),
+        training,
+        model,
+        scored,
+        time.perf_counter() - began,
+        ahead,
+        planned=partitions,
+        to_score=test_days,
+        stop=Stop(stops.signum, stops.stage) if stops.signum is not None else None,
+        split=split,
     )
     print()
     print("\n".join(summary.lines()))
     print()
     print("\n".join(where_lines(case, home)))
+    if stops.signum is not None:
+        return exit_code(stops.signum)
     scoring_ok = bool(scored) and all(s.success for s in [*scored.values(), *ahead.values()])
     return 0 if training.success and model.success and scoring_ok else 1
 

@@ -30,6 +30,9 @@ MessageHandler = Callable[[Any], None]
 it must not raise."""
 FORWARD_EVERY_S = 0.5
 """How often messages that arrived are handed on while the training runs."""
+STOP_GRACE_S = 8.0
+"""How long a stopped or cancelled step waits for the node's processes to end on SIGTERM
+before it kills them (`make run` promises a stop within 15 s)."""
 
 
 class TrainingLauncher(dg.ConfigurableResource, ABC):
@@ -219,7 +222,7 @@ def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]
     except BaseException:  # a cancel (DagsterExecutionInterruptedError) or anything else
         _kill_group(process, signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             _kill_group(process, signal.SIGKILL)
         raise

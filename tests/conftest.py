@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+import psutil
 import pytest
 
 from assets.ingestion import dimension_assets
@@ -80,6 +81,19 @@ def node(asset: str) -> str:
         if asset in {f"{stage}_{table.name}" for stage in ("raw", "validated", "quarantined")}:
             return stage_name(CASE, table)
     return CASE.key(asset).to_python_identifier()
+
+
+def processes_with(variable: str, value: str) -> list[psutil.Process]:
+    """The live processes whose environment sets `variable` to `value`: a command's, and its
+    children's, when the test gave it a home of its own."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(variable) == value:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def lake_file(home: Path, asset: str, name: str) -> Path:

@@ -219,3 +219,113 @@ def test_every_run_it_starts_says_make_run_launched_it():
         runs = instance.get_runs()
         assert len(runs) == 2
         assert {run.tags[TRIGGER_TAG] for run in runs} == {"make_run"}
+
+
+def no_placeholder(text: str) -> None:
+    assert "None" not in text and "n/a" not in text, text
+
+
+def test_a_gate_rejection_without_a_champion_says_why_nothing_was_scored():
+    day = "2024-03-31"
+    model = AssetRun(False, "")
+    model.assets[TINY.key("model_evaluation").to_user_string()] = {
+        "test_rows": 40, "test_roc_auc": 0.648, "decision": "reject",
+        "reasons": "roc_auc 0.648 < 0.650", "champion": "none yet",
+    }  # fmt: skip
+    model.problem = "the gate rejected the candidate"
+    realized = AssetRun(True, day)
+    realized.assets[TINY.key("realized_performance").to_user_string()] = {
+        "metric": "roc_auc", "day_rows": 3, "day_roc_auc": 0.0, "min_rows": 50,
+        "window": "[2024-03-25, 2024-04-01)", "window_rows": 60, "window_roc_auc": None,
+        "window_roc_auc_interval": [None, None], "tested": 0.7, "verdict": "not_judged",
+        "reason": "one class only",
+    }  # fmt: skip
+    training = AssetRun(True, "[2024-03-22, 2024-04-01)")
+    training.assets[TINY.key("training_set").to_user_string()] = {
+        "rows_train": 7, "rows_validation": 2, "rows_test": 3, "positive_rate_train": 0.25,
+        "positive_rate_validation": 0.5, "positive_rate_test": 0.3, "features": 4,
+        "feature_service": "tiny_v1", "unlabelled_rows_left_out": 0,
+        "dataset_fingerprint": "abc",
+    }  # fmt: skip
+    text = "\n".join(
+        Summary(
+            TINY, [DayOutcome(day, True)], training, model, {day: AssetRun(True, day)}, 1.0,
+            to_score=[day],
+        ).lines()
+    )  # fmt: skip
+
+    assert (
+        f"predictions {day}: not scored: no champion of tiny_model; the gate's decision:"
+        " reject: roc_auc 0.648 < 0.650" in text
+    )
+    summary = Summary(TINY, [], training, model, {day: realized}, 1.0)
+    realized_text = "\n".join(summary.scoring_lines())
+    assert "roc_auc: too few rows (3 < 50)" in realized_text
+    assert "roc_auc not measurable on 60 rows" in realized_text
+    no_placeholder(text)
+
+
+def test_a_stopped_command_counts_every_day_once_and_names_what_did_not_run():
+    days = [f"2013-01-0{n}" for n in range(1, 7)]
+    outcomes = [
+        DayOutcome(days[0], True),
+        DayOutcome(days[1], False, problems=["flights: 3 rows break natural_key.unique"]),
+        DayOutcome(days[2], False, stopped=True),
+        DayOutcome(days[3], False, stopped=True),
+    ]
+    from pipelines.run import Stop
+
+    text = "\n".join(
+        Summary(
+            TINY, outcomes, AssetRun(False, "[2013-01-03, 2013-01-07)", ran=False),
+            AssetRun(False, "", ran=False), {}, 2.0, planned=days, to_score=days[-1:],
+            stop=Stop(15, "tiny_ingest_and_validate"),
+        ).lines()
+    )  # fmt: skip
+
+    assert (
+        "STOPPED by SIGTERM during a run of tiny_ingest_and_validate after 2.0 s; of 6 day(s) of"
+        " tiny: 1 published, 1 refused, 2 interrupted, 2 not started." in text
+    )
+    assert "interrupted (partly written; redone by the next run): 2013-01-03 .. 2013-01-04" in text
+    assert "training set [2013-01-03, 2013-01-07): not run (stopped before it)" in text
+    assert "  training: not run (stopped before it)" in text
+    assert "predictions 2013-01-06: not run (stopped before it)" in text
+    no_placeholder(text)
+
+
+def test_a_training_stopped_midway_says_it_resumes():
+    stopped = AssetRun(False, "", stopped="tiny__trained_model", problem="stopped by SIGTERM")
+    training = AssetRun(True, "[2013-01-03, 2013-01-07)")
+    from pipelines.run import Stop
+
+    summary = Summary(
+        TINY, [], training, stopped, {}, 2.0, to_score=["2013-01-06"], stop=Stop(15, "train")
+    )
+    text = "\n".join(summary.model_lines() + summary.scoring_lines())
+    assert "training: STOPPED during tiny__trained_model (its run CANCELED)" in text
+    assert "resumes it from its last committed checkpoint" in text
+    assert "predictions 2013-01-06: not run (stopped before it)" in text
+    no_placeholder(text)
+
+
+def test_a_training_set_that_fails_after_refused_days_names_them():
+    days = [
+        DayOutcome("2013-01-01", True),
+        DayOutcome("2013-01-02", False, problems=["flights 2013-01-02: 3 rows repeat a key"]),
+        DayOutcome("2013-01-03", False, stopped=True),
+    ]
+    failed = AssetRun(False, "[2013-01-01, 2013-01-04)")
+    failed.problem = "FileNotFoundError: 'user_history': batch source path does not exist"
+    summary = Summary(TINY, days, failed, AssetRun(False, "", ran=False), {}, 1.0)
+
+    lines = summary.training_lines()
+    assert lines[0] == (
+        "  training set [2013-01-01, 2013-01-04): FAILED: FileNotFoundError: 'user_history':"
+        " batch source path does not exist"
+    )
+    assert lines[1] == (
+        "    1 day(s) were refused, so their tables were not published for it to read:"
+        " 2013-01-02 (why: above)"
+    )
+    assert "  training: not run (the step before it failed)" in summary.model_lines()
