@@ -119,7 +119,8 @@ def summary(case, evaluation: dict[str, object]) -> str:
     model = AssetRun(True, "")
     model.assets[key("model_evaluation")] = {"test_rows": 3, "decision": "promote", **evaluation}
     model.assets[key("registered_model")] = {"model": f"{case.registered_model} v1"}
-    return "\n".join(Summary(case, [day], training, model, {}, 1.0).lines())
+    split = "validation from 2024-02-20, test from 2024-02-25; the split tiny declares"
+    return "\n".join(Summary(case, [day], training, model, {}, 1.0, split=split).lines())
 
 
 def test_the_summary_is_told_by_the_declaration():
@@ -130,6 +131,7 @@ def test_the_summary_is_told_by_the_declaration():
     assert "  features: trip_features 10 rows, trip_outcomes 0 rows" in text
     assert "  online store: 1 day(s) materialized" in text
     assert "tiny_model predicts late of trip_outcome (binary) from 4 features of tiny_v1" in text
+    assert "    split: validation from 2024-02-20, test from 2024-02-25; the split tiny" in text
     assert "registered: tiny_model v1, now champion" in text
     assert "flight" not in text.lower()
 
