@@ -9,9 +9,11 @@ synthetic scale-up of its own data, and the drop folders that hold that data.
 `make run` processes by default: the training window and its history lead-in (59 days, from
 `pipelines.run.default_window` and `history_days`), each day's flights `--scale` times
 (`benchmarks.large_drop.scaled_day`: copy k of a flight gets a tail number with k in front and
-flights are numbered anew, so natural keys stay unique), the day's real weather once (its natural
-key is the airport and hour: a copy would be a duplicate), and the dimension tables. At scale 1
-the flights are the real ones, read back from CSV.
+flights are numbered anew, so natural keys stay unique), the same flights without their outcome
+columns as the day's `flight_schedule` (the table predictions read at the day's start; also for
+the day after the window, which `make run` predicts ahead), the day's real weather once (its
+natural key is the airport and hour: a copy would be a duplicate), and the dimension tables. At
+scale 1 the flights are the real ones, read back from CSV.
 
 `makerun` runs `python -m pipelines.run` in a fresh temporary home, as `make run` does on a fresh
 checkout: `ML_LIFECYCLE_HOME` and `DAGSTER_HOME` under a temporary folder, the local instance
@@ -39,6 +41,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+INSTANCE_FILE = REPO / "deploy" / "dagster.local.yaml"
+"""What `make instance` installs for the local profile (the Makefile's INSTANCE_FILE)."""
 FINGERPRINT = re.compile(r"fingerprint ([0-9a-f]{12})")
 RUN_SECONDS = re.compile(r"scoring in ([0-9.]+) s:")
 SAMPLE_S = 0.2
@@ -57,17 +61,22 @@ def window_days() -> list[dt.date]:
 def prepare(scale: int, out: Path) -> dict:
     """Write the drop folder of `scale` times the flights of every day; its row counts."""
     from benchmarks.large_drop import scaled_day, write_csv_drop
-    from usecases.flights.contracts import WEATHER
-    from usecases.flights.source import BundledFlightsSource
+    from usecases.flights.contracts import OUTCOME_COLUMNS, WEATHER
+    from usecases.flights.source import SCHEDULE, BundledFlightsSource
 
     source = BundledFlightsSource()
     out.mkdir(parents=True)
     for table in ("airlines", "airports", "planes"):
         source.read_table(table).frame.to_csv(out / f"{table}.csv", index=False)
-    rows = {"flights": 0, "weather": 0}
+    rows = {"flights": 0, SCHEDULE: 0, "weather": 0}
     days = window_days()
-    for day in days:
+    ahead = days[-1] + dt.timedelta(days=1)
+    for day in [*days, ahead]:
         flights = scaled_day(scale, day.isoformat())
+        rows[SCHEDULE] += len(flights)
+        write_csv_drop(flights.drop(columns=list(OUTCOME_COLUMNS)), out / SCHEDULE / f"{day}.csv")
+        if day == ahead:  # predicted before it happens: only its schedule is known
+            continue
         weather = source.read_day("weather", day, timestamp_columns=WEATHER.timestamp_columns)
         rows["flights"] += len(flights)
         rows["weather"] += len(weather.frame)
@@ -82,7 +91,7 @@ def makerun(drops: Path | None, keep: Path | None = None) -> dict:
     try:
         dagster_home = home / "dagster_home"
         dagster_home.mkdir(parents=True)
-        shutil.copyfile(REPO / "dagster.yaml", dagster_home / "dagster.yaml")  # make instance
+        shutil.copyfile(INSTANCE_FILE, dagster_home / "dagster.yaml")  # `make instance`
         env = {**os.environ, "ML_LIFECYCLE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
         env.pop("ML_LIFECYCLE_ENV", None)  # the local profile, as `make run` on a laptop
         env.pop("ML_LIFECYCLE_DROP_FOLDER", None)
@@ -104,11 +113,16 @@ def makerun(drops: Path | None, keep: Path | None = None) -> dict:
             seconds = time.perf_counter() - began
             tree_peak.stop()
         output = log.read_text()
-        if code != 0:
+        gate = gate_verdict(home)
+        # A gate that refuses the model is the lifecycle working: its cost is measured all the
+        # same (nothing is then scored, which the verdict says). Any other failure is not.
+        if code != 0 and not gate.startswith("reject"):
             raise RuntimeError(f"pipelines.run exited {code}; its output:\n{output[-4000:]}")
         fingerprint = FINGERPRINT.search(output)
         run_seconds = RUN_SECONDS.search(output)
         return {
+            "exit_code": code,
+            "gate": gate,
             "seconds": seconds,
             "run_seconds": float(run_seconds.group(1)) if run_seconds else None,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -119,6 +133,19 @@ def makerun(drops: Path | None, keep: Path | None = None) -> dict:
     finally:
         if keep is None:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def gate_verdict(home: Path) -> str:
+    """The gate's verdict on the model the run trained, from the report it wrote: "promote", or
+    "reject: " and the failed rules; "none" when no training got as far as the gate."""
+    from assets.evaluation import GATE_REPORT  # after the measure: it imports Dagster
+    from ml.gate import GateReport
+
+    reports = sorted(home.glob(f"models/**/{GATE_REPORT}"), key=lambda p: p.stat().st_mtime)
+    if not reports:
+        return "none"
+    report = GateReport.from_json(reports[-1].read_text())
+    return report.decision if report.passed else f"reject: {'; '.join(report.reasons)}"
 
 
 class _TreeSampler(threading.Thread):
