@@ -4,6 +4,10 @@ synthetic scale-up of its own data, and the drop folders that hold that data.
     python -m benchmarks.lifecycle_scale prepare --scale 10 --out /tmp/drops-10x
     python -m benchmarks.lifecycle_scale makerun                      # bundled data (one JSON line)
     python -m benchmarks.lifecycle_scale makerun --drops /tmp/drops-10x
+    python -m benchmarks.lifecycle_scale prepare --scale 2 --out D --window 2013-01-01 2013-01-04
+
+`--window FIRST LAST` (both commands) narrows the training window from the default (the smoke
+mode of `python -m benchmarks` runs four days).
 
 `prepare` writes a drop folder (`resources.sources.DropFolderSource`'s layout) with every day
 `make run` processes by default: the training window and its history lead-in (59 days, from
@@ -48,17 +52,23 @@ RUN_SECONDS = re.compile(r"scoring in ([0-9.]+) s:")
 SAMPLE_S = 0.2
 
 
-def window_days() -> list[dt.date]:
-    """The days `make run` processes by default: the history lead-in, then the window."""
+Window = tuple[dt.date, dt.date] | None
+"""The training window's first and last day; None: `make run`'s default."""
+
+
+def window_days(window: Window = None) -> list[dt.date]:
+    """The days `make run` processes for `window`: the history lead-in (from the first
+    partition on), then the window."""
     from pipelines.run import default_window, history_days
     from usecases.flights import USE_CASE
 
-    first, last = default_window(USE_CASE)
+    first, last = window or default_window(USE_CASE)
     first -= dt.timedelta(days=history_days(USE_CASE))
+    first = max(first, dt.date.fromisoformat(USE_CASE.partitions.start))
     return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 
-def prepare(scale: int, out: Path) -> dict:
+def prepare(scale: int, out: Path, window: Window = None) -> dict:
     """Write the drop folder of `scale` times the flights of every day; its row counts."""
     from benchmarks.large_drop import scaled_day, write_csv_drop
     from usecases.flights.contracts import OUTCOME_COLUMNS, WEATHER
@@ -69,7 +79,7 @@ def prepare(scale: int, out: Path) -> dict:
     for table in ("airlines", "airports", "planes"):
         source.read_table(table).frame.to_csv(out / f"{table}.csv", index=False)
     rows = {"flights": 0, SCHEDULE: 0, "weather": 0}
-    days = window_days()
+    days = window_days(window)
     ahead = days[-1] + dt.timedelta(days=1)
     for day in [*days, ahead]:
         flights = scaled_day(scale, day.isoformat())
@@ -85,7 +95,7 @@ def prepare(scale: int, out: Path) -> dict:
     return {"scale": scale, "days": len(days), "first": str(days[0]), "last": str(days[-1]), **rows}
 
 
-def makerun(drops: Path | None, keep: Path | None = None) -> dict:
+def makerun(drops: Path | None, keep: Path | None = None, window: Window = None) -> dict:
     """`python -m pipelines.run` in a fresh home; its wall time, peak RSS and fingerprint."""
     home = Path(tempfile.mkdtemp(prefix="bench-makerun-")) if keep is None else keep
     try:
@@ -101,7 +111,7 @@ def makerun(drops: Path | None, keep: Path | None = None) -> dict:
         began = time.perf_counter()
         with log.open("w") as sink:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.run"],
+                [sys.executable, "-m", "pipelines.run", *window_arguments(window)],
                 cwd=REPO,
                 env=env,
                 stdout=sink,
@@ -133,6 +143,11 @@ def makerun(drops: Path | None, keep: Path | None = None) -> dict:
     finally:
         if keep is None:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def window_arguments(window: Window) -> list[str]:
+    """`--start FIRST --end LAST` of `pipelines.run` (and the plain script); none by default."""
+    return [] if window is None else ["--start", str(window[0]), "--end", str(window[1])]
 
 
 def gate_verdict(home: Path) -> str:
@@ -186,11 +201,16 @@ def main() -> None:
     run = commands.add_parser("makerun", help="one measure of `python -m pipelines.run`")
     run.add_argument("--drops", type=Path, help="a drop folder (default: the bundled data)")
     run.add_argument("--keep", type=Path, help="run in this new folder and keep it")
+    for command in (made, run):
+        command.add_argument(
+            "--window", nargs=2, type=dt.date.fromisoformat, metavar=("FIRST", "LAST")
+        )
     args = parser.parse_args()
+    window = tuple(args.window) if args.window else None
     if args.command == "prepare":
-        result = prepare(args.scale, args.out)
+        result = prepare(args.scale, args.out, window)
     else:
-        result = makerun(args.drops, args.keep)
+        result = makerun(args.drops, args.keep, window)
     sys.stdout.write(json.dumps(result) + "\n")
 
 
