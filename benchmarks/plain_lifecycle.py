@@ -333,9 +333,10 @@ def run(
     out: Path,
     threads: int,
     histories_once: bool = False,
-    window: tuple[dt.date, dt.date] | None = None,
+    bounds: tuple[dt.date, dt.date] | None = None,
 ) -> dict:
-    """The whole plain lifecycle over `window` (default: `make run`'s); what `main` prints."""
+    """The whole plain lifecycle over the training window `bounds` (its first and last day;
+    default: `make run`'s); what `main` prints."""
     stages = Stages()
     with stages("read"):
         import pandas as pd
@@ -345,7 +346,7 @@ def run(
         from usecases.flights import USE_CASE as case
 
         source = DropFolderSource(root=str(drops)) if drops else case.source()
-        start, last = window or default_window(case)
+        start, last = bounds or default_window(case)
         lead_in = start - dt.timedelta(days=history_days(case))
         every_day = days_of(max(lead_in, dt.date.fromisoformat(case.partitions.start)), last)
         window = days_of(start, last)
