@@ -86,9 +86,26 @@ lint: $(ENV_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright
 
+# PyPI's torch for Linux is the CUDA build (GBs of nvidia-* wheels); the lock holds the CPU build
+# (torch==X+cpu), which uv takes from the wheels in UV_FIND_LINKS as long as the version there is
+# the one pyproject.toml asks for. The lock is resolved into a copy (uv keeps the pins it reads
+# from its output: nothing changed, nothing moves) and replaces requirements.lock only if torch is
+# still the CPU build and no CUDA library came in; otherwise the old lock stays, with the reason.
+LOCK_DRAFT := $(VENV)/requirements.lock.draft
 lock: $(ENV_STAMP)
+	cp requirements.lock $(LOCK_DRAFT)
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 \
-	  --generate-hashes --no-header --quiet -o requirements.lock
+	  --generate-hashes --no-header --quiet -o $(LOCK_DRAFT)
+	@if ! grep -q '^torch==[^ ]*+cpu ' $(LOCK_DRAFT) || grep -q '^nvidia-' $(LOCK_DRAFT); then \
+	  echo "make lock: torch resolved to $$(grep -o '^torch==[^ ]*' $(LOCK_DRAFT)), not its CPU" \
+	    "build (+cpu): UV_FIND_LINKS ($(UV_FIND_LINKS)) has no torch CPU wheel of the version" \
+	    "pyproject.toml asks for ($$(grep -o 'torch==[^\"]*' pyproject.toml)). Put that wheel" \
+	    "(download.pytorch.org/whl/cpu) there; requirements.lock is unchanged." >&2; \
+	  rm -f $(LOCK_DRAFT); exit 1; \
+	fi
+	@# Unchanged, the lock keeps its time: the next make does not sync .venv again for nothing.
+	@if cmp -s $(LOCK_DRAFT) requirements.lock; then rm $(LOCK_DRAFT); \
+	  else mv $(LOCK_DRAFT) requirements.lock; fi
 
 clean:
 	rm -rf .local

@@ -2,6 +2,7 @@
 the assets lay them out (`<lake>/<table>/<YYYY-MM-DD>.parquet`), for the Feast benchmarks.
 
     python -m benchmarks.feature_data /tmp/year   # build once; prints the row counts
+    python -m benchmarks.feature_data /tmp/days --days 14   # the year's first 14 days only
 """
 
 import argparse
@@ -26,28 +27,31 @@ TABLES = (
 )
 
 
-def bundled_year() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Flights, weather, planes and airports of 2013, as the sources deliver them."""
+def bundled_year(
+    days: list[dt.date] = YEAR,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Flights, weather, planes and airports of 2013 (or of `days`), as the sources deliver
+    them."""
     source = BundledFlightsSource()
 
     def year_of(table: str) -> pd.DataFrame:
-        days = [source.read_day(table, d, timestamp_columns=["time_hour"]).frame for d in YEAR]
-        return pd.concat([d for d in days if len(d)], ignore_index=True)  # no weather on Dec 31
+        frames = [source.read_day(table, d, timestamp_columns=["time_hour"]).frame for d in days]
+        return pd.concat([d for d in frames if len(d)], ignore_index=True)  # no weather on Dec 31
 
     planes, airports = (source.read_table(t).frame for t in ("planes", "airports"))
     return year_of("flights"), year_of("weather"), planes, airports
 
 
-def build(lake: Path) -> dict[str, int]:
-    """Write every feature table of the year under `lake`; returns rows per table."""
-    flights, weather, planes, airports = bundled_year()
+def build(lake: Path, days: list[dt.date] = YEAR) -> dict[str, int]:
+    """Write every feature table of the year (or of `days`) under `lake`; rows per table."""
+    flights, weather, planes, airports = bundled_year(days)
     tables = {
         "flight_features": features.flight_features(flights),
         "flight_outcomes": features.flight_outcomes(flights),
-        "weather_features": whole(features.weather_features([weather], YEAR)),
+        "weather_features": whole(features.weather_features([weather], days)),
         "aircraft_features": whole(features.aircraft_features([flights], planes)),
-        "carrier_history": features.delay_history([flights], airports, YEAR, ["carrier"]),
-        "route_history": features.delay_history([flights], airports, YEAR, ["origin", "dest"]),
+        "carrier_history": features.delay_history([flights], airports, days, ["carrier"]),
+        "route_history": features.delay_history([flights], airports, days, ["origin", "dest"]),
     }
     for name, table in tables.items():
         frame = table.frame
@@ -62,7 +66,9 @@ def build(lake: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("lake", type=Path)
-    print(json.dumps(build(parser.parse_args().lake)))
+    parser.add_argument("--days", type=int, default=len(YEAR), help="the year's first N days")
+    args = parser.parse_args()
+    print(json.dumps(build(args.lake, YEAR[: args.days])))
 
 
 if __name__ == "__main__":

@@ -328,8 +328,15 @@ def build_features(
     }
 
 
-def run(drops: Path | None, out: Path, threads: int, histories_once: bool = False) -> dict:
-    """The whole plain lifecycle; what `main` prints."""
+def run(
+    drops: Path | None,
+    out: Path,
+    threads: int,
+    histories_once: bool = False,
+    bounds: tuple[dt.date, dt.date] | None = None,
+) -> dict:
+    """The whole plain lifecycle over the training window `bounds` (its first and last day;
+    default: `make run`'s); what `main` prints."""
     stages = Stages()
     with stages("read"):
         import pandas as pd
@@ -339,8 +346,9 @@ def run(drops: Path | None, out: Path, threads: int, histories_once: bool = Fals
         from usecases.flights import USE_CASE as case
 
         source = DropFolderSource(root=str(drops)) if drops else case.source()
-        start, last = default_window(case)
-        every_day = days_of(start - dt.timedelta(days=history_days(case)), last)
+        start, last = bounds or default_window(case)
+        lead_in = start - dt.timedelta(days=history_days(case))
+        every_day = days_of(max(lead_in, dt.date.fromisoformat(case.partitions.start)), last)
         window = days_of(start, last)
         dimensions = {d.name: source.read_table(d.name).frame for d in case.dimensions}
         raw = {t.name: read_days(source, t.contract, every_day) for t in case.event_tables}
@@ -596,13 +604,16 @@ def main() -> None:
         help="the trailing tables day by day as the assets build them (each day reads its 28"
         " days again), or in one call over the window",
     )
+    parser.add_argument("--start", type=dt.date.fromisoformat, help="first day of the window")
+    parser.add_argument("--end", type=dt.date.fromisoformat, help="last day of the window")
     args = parser.parse_args()
     once = args.histories == "once"
+    window = (args.start, args.end) if args.start and args.end else None
     if args.out is not None:
-        result = run(args.drops, args.out, args.threads, once)
+        result = run(args.drops, args.out, args.threads, once, window)
     else:
         with tempfile.TemporaryDirectory(prefix="bench-plain-") as folder:
-            result = run(args.drops, Path(folder), args.threads, once)
+            result = run(args.drops, Path(folder), args.threads, once, window)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

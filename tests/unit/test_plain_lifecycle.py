@@ -1,7 +1,8 @@
 """The plain lifecycle of P2 (`benchmarks.plain_lifecycle`) and the scaled drops of P12
 (`benchmarks.lifecycle_scale`): the plain checks refuse and quarantine as the contract does, the
-pandas point-in-time join keeps the offline store's semantics, and a scaled day keeps its
-natural keys unique."""
+pandas point-in-time join keeps the offline store's semantics, a scaled day keeps its natural
+keys unique, the scaled drop folder holds every table `make run` reads, and a run is judged by
+the gate report it wrote."""
 
 import datetime as dt
 
@@ -10,10 +11,13 @@ import pandas as pd
 import pytest
 
 from benchmarks.large_drop import scaled_day
+from benchmarks.lifecycle_scale import gate_verdict, prepare
 from benchmarks.plain_lifecycle import EVENT_TIMESTAMP, DayRefused, View, checked, point_in_time
+from ml.gate import GatePolicy, decide
+from ml.metrics import BinaryMetrics, Evaluation
 from usecases.flights import USE_CASE
-from usecases.flights.contracts import FLIGHTS, WEATHER
-from usecases.flights.source import BundledFlightsSource
+from usecases.flights.contracts import FLIGHTS, OUTCOME_COLUMNS, WEATHER
+from usecases.flights.source import SCHEDULE, BundledFlightsSource
 
 pytestmark = pytest.mark.unit
 
@@ -103,3 +107,50 @@ def test_a_scaled_day_keeps_natural_keys_unique_and_tail_numbers_apart():
     assert not three.duplicated(list(FLIGHTS.natural_key)).any()
     copies = three["tailnum"].dropna().str[:2]
     assert copies.isin(["01", "02"]).sum() == 2 * one["tailnum"].notna().sum()
+
+
+def test_a_scaled_drop_folder_holds_each_days_schedule_and_the_day_after_the_window(tmp_path):
+    window = (dt.date(2013, 1, 1), dt.date(2013, 1, 3))  # the first partitions: no lead-in
+
+    counts = prepare(2, tmp_path / "drops", window)
+
+    days = [f"2013-01-0{d}.csv" for d in (1, 2, 3)]
+    drops = tmp_path / "drops"
+    assert sorted(p.name for p in (drops / "flights").iterdir()) == days
+    assert sorted(p.name for p in (drops / "weather").iterdir()) == days
+    assert sorted(p.name for p in (drops / SCHEDULE).iterdir()) == [*days, "2013-01-04.csv"]
+    for day in days:
+        flights = pd.read_csv(drops / "flights" / day)
+        schedule = pd.read_csv(drops / SCHEDULE / day)
+        assert (
+            schedule.columns.tolist()
+            == flights.drop(columns=list(OUTCOME_COLUMNS)).columns.tolist()
+        )
+        pd.testing.assert_frame_equal(schedule, flights[schedule.columns])
+    assert counts[SCHEDULE] == counts["flights"] + 2 * len(scaled_day(1, "2013-01-04"))
+
+
+def test_a_run_is_judged_by_the_last_gate_report_it_wrote(tmp_path):
+    assert gate_verdict(tmp_path) == "none"  # no training got as far as the gate
+
+    def report(folder: str, calibration_error: float) -> None:
+        overall = BinaryMetrics(
+            rows=4_566,
+            positive_rate=0.2,
+            log_loss=0.45,
+            roc_auc=0.7,
+            average_precision=0.4,
+            brier=0.15,
+            calibration_error=calibration_error,
+            threshold=0.3,
+            accuracy=0.78,
+            f1=0.45,
+        )
+        path = tmp_path / "models" / "flight_delay" / folder / "gate_report.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(decide(Evaluation(overall, [], []), None, GatePolicy()).to_json())
+
+    report("run-1", 0.128)
+    assert gate_verdict(tmp_path) == "reject: calibration_error 0.128 > ceiling 0.100"
+    report("run-2", 0.02)
+    assert gate_verdict(tmp_path) == "promote"
