@@ -384,7 +384,8 @@ def run(
     with stages("training set"):
         from ml.dataset import LabelSpec, TimeSplit, assemble, labelled_rows
 
-        config, _ = training_split(case)  # the split `make run` trains on
+        # The split `make run` trains on: the declared one, or the given days split by shares.
+        config, _ = training_split(case, *(bounds or (None, None)))
         split = TimeSplit(
             **{k: dt.date.fromisoformat(v) for k, v in config.items()}, timezone=case.timezone
         )

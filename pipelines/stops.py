@@ -145,10 +145,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return supervise(command, lambda process, _signum: process.send_signal(signal.SIGINT))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 class Stopped(BaseException):
     """Raised in the worker's main thread, between its runs, once the command was stopped."""
 
@@ -253,3 +249,7 @@ class Stops:
             handler(signal.SIGINT, frame)  # Dagster's: kept, or raised at once in a step
         except dg.DagsterExecutionInterruptedError as interrupt:
             raise StepStopped(f"stopped by {signal.Signals(self.signum).name}") from interrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
