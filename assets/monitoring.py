@@ -127,7 +127,9 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
     @_monitor(
         case,
         "feature_drift",
-        deps=[case.key("batch_predictions")],
+        # The day's feature tables too: the window it measures ends with the day's rows. In the
+        # day's run it comes after them; in a run of a range, where they are skipped, so is it.
+        deps=[case.key("batch_predictions"), *(case.key(t.name) for t in case.feature_tables)],
         kinds={"pandas", "onnx", "feast"},
         description=(
             "PSI and Kolmogorov-Smirnov of the window's features and champion scores vs its"

@@ -44,7 +44,12 @@ from assets.validation import event_table_assets
 from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
-from pipelines.sensors import EVENTS, build_event_sensor, build_prediction_sensor
+from pipelines.sensors import (
+    EVENTS,
+    build_event_sensor,
+    build_prediction_sensor,
+    build_range_sensor,
+)
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.kubernetes import K8sMultiNode, K8sPod, KubernetesLauncher
@@ -309,6 +314,7 @@ def use_case_definitions(
                 build_event_sensor(case, automation, find_job(jobs, case, "retrain"), event)
                 for event in EVENTS
             ),
+            build_range_sensor(case, find_job(jobs, case, "daily_partition")),
             *(
                 [
                     build_prediction_sensor(

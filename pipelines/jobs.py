@@ -27,6 +27,8 @@ HOUR = 3600
 warnings.filterwarnings(
     "ignore", message=r"Asset job \S+ materializes assets with varying BackfillPolicies"
 )
+SCORING = ("batch_predictions", "feature_drift", "realized_performance")
+"""The assets of scoring a day and measuring it, in order."""
 TRAINING = ("trained_model", "model_evaluation", "onnx_model", "registered_model")
 """The assets of a model from its training set to its registration, in order."""
 
@@ -72,14 +74,23 @@ def _arrivals(tables: Sequence[str]) -> list[str]:
     return [f"{stage}_{t}" for t in tables for stage in ("raw", "validated", "quarantined")]
 
 
+def day_after_arrival(case: UseCase) -> list[str]:
+    """What `daily_partition` does with a day once its tables are published: build its feature
+    tables, write them to the online store, and measure it (drift, realized performance) or,
+    for a use case that does not predict ahead, score it too. In a run of a range of days these
+    steps are skipped (the published tables are recorded day by day, with no output to pass on):
+    `pipelines.sensors.build_range_sensor` backfills them for the range's published days."""
+    features = [spec.name for spec in case.feature_tables]
+    # Predicted ahead, a day's predictions are made by its own run the night before; its daily
+    # run then brings its outcomes and judges them. Otherwise the daily run scores the day too.
+    measuring = SCORING[1:] if case.predicts_ahead else SCORING
+    return [*features, "online_features", *measuring]
+
+
 def build_jobs(case: UseCase) -> list[Job]:
     """`case`'s jobs: its daily runs, its training and scoring, and the champion's rollback."""
     arrivals = _arrivals([table.name for table in case.event_tables])
     features = [spec.name for spec in case.feature_tables]
-    scoring = ("batch_predictions", "feature_drift", "realized_performance")
-    # Predicted ahead, a day's predictions are made by its own run the night before; its daily
-    # run then brings its outcomes and judges them. Otherwise the daily run scores the day too.
-    measuring = scoring[1:] if case.predicts_ahead else scoring
     rollback = rollback_op(case)
     dimensions = [dimension.name for dimension in case.dimensions]
     training_set_op = case.key("training_set").to_python_identifier()
@@ -126,7 +137,7 @@ def build_jobs(case: UseCase) -> list[Job]:
         ),
         dg.define_asset_job(
             definition_name(case, "daily_partition"),
-            selection=_assets(case, *arrivals, *features, "online_features", *measuring),
+            selection=_assets(case, *arrivals, *day_after_arrival(case)),
             description=(
                 "Everything of one day: ingest, validate, build the feature tables, write the"
                 " day's features to the online store, "
@@ -199,7 +210,7 @@ def build_jobs(case: UseCase) -> list[Job]:
         ),
         dg.define_asset_job(
             definition_name(case, "score_day"),
-            selection=_assets(case, *scoring),
+            selection=_assets(case, *SCORING),
             description=(
                 "Score one day with the champion (onnxruntime), replacing that day's"
                 " predictions, measure the drift of the days up to it and, once its outcomes are"

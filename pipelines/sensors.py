@@ -29,20 +29,44 @@ day's features read are published: `predict_next_day` requests `predict_day` for
 once (its run key is the day). A backfill's runs, ranged runs and a next day already predicted
 are left alone: re-predicting a past day would replace what was served with what a later
 champion says (`score_day` does that, by hand).
+
+## The rest of a range
+A run of `daily_partition` over a range of days (the Launchpad with a partition range) ingests
+and publishes every day of it, each recorded as its own partition; what follows a day's
+publication (its feature tables, the online store, drift and realized performance) is skipped
+in that run, since a step that records days one by one passes no output on. `finish_range`
+answers each such run once it has ended, successful or not: it asks Dagster for a backfill of
+those assets over the range's days whose every table is published, which batches them as their
+backfill policies say, exactly as a backfill launched from the asset graph. The measuring is
+left out where its step would only skip (before the first champion; a day nobody predicted),
+since a backfill counts a skipped partition as failed. It runs even with automation off: it
+finishes what a person launched, and starts nothing of its own.
 """
 
 import datetime as dt
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
+# Dagster turns a sensor's request of an asset graph subset into an asset backfill, the same as
+# one launched from the UI; the subset's class is not exported (Dagster 1.13, pinned).
+from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+from dagster._core.definitions.events import AssetKeyPartitionKey
+
 from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
 from assets.usecase import UseCase, partition_day
-from pipelines.jobs import Job, definition_name
+from pipelines.jobs import SCORING, Job, day_after_arrival, definition_name
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings, retrain_request
 
 PREDICTED_AFTER_TAG = "ml_lifecycle/predicted_after_run"
+FINISHES_TAG = "ml_lifecycle/finishes_run"
+"""On the backfill `finish_range` requested: the ranged run whose days it finishes."""
+ENDINGS = (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE)
+"""How a run a range sensor finishes can end: a stopped (CANCELED) run is not carried on."""
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 BATCH = 200
 """Materializations read per evaluation (a backfill can write many at once)."""
 
@@ -241,3 +265,131 @@ def next_day_request(
         partition_key=following,
         tags={TRIGGER_TAG: "daily_partition", PREDICTED_AFTER_TAG: run.run_id},
     )
+
+
+def build_range_sensor(case: UseCase, daily_job: Job) -> dg.SensorDefinition:
+    """`case`'s sensor finishing the runs of `daily_job` (its `daily_partition`) over a range of
+    days: a backfill of what follows a day's publication, for the range's published days."""
+    after = [case.key(name) for name in day_after_arrival(case)]
+    published = [case.key(f"validated_{table.name}") for table in case.event_tables]
+
+    @dg.sensor(
+        name=definition_name(case, "finish_range"),
+        asset_selection=dg.AssetSelection.assets(*after),
+        minimum_interval_seconds=30,
+        # It finishes what a person launched; it starts nothing of its own.
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            f"After a run of {daily_job.name} over a range of days has ended, backfills what"
+            " that run skips (the feature tables, the online store and, where there is"
+            " something to measure, drift and realized performance) for the range's days whose"
+            " tables are published."
+        ),
+    )
+    def finish_range(context: dg.SensorEvaluationContext):
+        instance = context.instance
+        if context.cursor is None:  # the first tick: the runs that end from now on
+            context.update_cursor(json.dumps(_latest_endings(instance)))
+            return dg.SkipReason("started: finishes the ranged runs that end from now on")
+        seen: dict[str, int | None] = json.loads(context.cursor)
+        ended: list[str] = []
+        for ending in ENDINGS:
+            records = instance.fetch_run_status_changes(
+                dg.RunStatusChangeRecordsFilter(ending, after_storage_id=seen.get(ending.value)),
+                limit=BATCH,
+                ascending=True,
+            ).records
+            if records:
+                seen[ending.value] = records[-1].storage_id
+            ended += [record.run_id for record in records]
+        context.update_cursor(json.dumps(seen))
+        runs = (
+            [
+                record.dagster_run
+                for record in instance.get_run_records(
+                    dg.RunsFilter(run_ids=ended, job_name=daily_job.name)
+                )
+            ]
+            if ended
+            else []
+        )
+        if not runs:
+            return dg.SkipReason(f"no run of {daily_job.name} ended")
+        asset_graph = context.repository_def.asset_graph  # type: ignore[union-attr]
+        requests, skipped = [], []
+        for run in runs:
+            why, days = range_to_finish(instance, run, published)
+            if why:
+                skipped.append(why)
+                continue
+            targets = finishing(instance, case, days)
+            subset = AssetGraphSubset.from_asset_partition_set(
+                {AssetKeyPartitionKey(key, day) for key, keys in targets.items() for day in keys},
+                asset_graph,
+            )
+            requests.append(
+                dg.RunRequest.for_asset_graph_subset(
+                    subset, tags={TRIGGER_TAG: "finish_range", FINISHES_TAG: run.run_id}
+                )
+            )
+        if not requests:
+            return dg.SkipReason("; ".join(skipped))
+        return requests
+
+    return finish_range
+
+
+def _latest_endings(instance: dg.DagsterInstance) -> dict[str, int | None]:
+    """The storage id of the latest event of each kind of run ending, by its name."""
+    latest = {}
+    for ending in ENDINGS:
+        records = instance.fetch_run_status_changes(ending, limit=1).records
+        latest[ending.value] = records[0].storage_id if records else None
+    return latest
+
+
+def finishing(
+    instance: dg.DagsterInstance, case: UseCase, days: Sequence[str]
+) -> dict[dg.AssetKey, list[str]]:
+    """For each asset `daily_partition` makes after a day's publication, the days of `days` a
+    backfill finishing them makes it for: the feature tables and the online store every day;
+    the measuring only with a champion (one was registered by `registered_model`), and a day's
+    realized performance only when the day has predictions. Their steps would skip without
+    them, and a backfill counts a partition its run skipped as failed."""
+    names = day_after_arrival(case)
+    champion = bool(instance.fetch_materializations(case.key("registered_model"), limit=1).records)
+    predicted = instance.get_materialized_partitions(case.key("batch_predictions"))
+    targets = {}
+    for name in names:
+        if name in SCORING and not champion:
+            continue
+        # Predicted the night before (not by this backfill): only the days that were.
+        if name == "realized_performance" and "batch_predictions" not in names:
+            targets[case.key(name)] = [day for day in days if day in predicted]
+        else:
+            targets[case.key(name)] = list(days)
+    return {key: keys for key, keys in targets.items() if keys}
+
+
+def range_to_finish(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, published: Sequence[dg.AssetKey]
+) -> tuple[str | None, list[str]]:
+    """The days of `run`'s range whose every table in `published` is published, or why there
+    is nothing to finish: a run of one day, a backfill's run (the backfill carries on itself),
+    a range none of whose days is published."""
+    first, last = run.tags.get(RANGE_START_TAG), run.tags.get(RANGE_END_TAG)
+    if run.tags.get("dagster/backfill"):
+        return f"run {run.run_id} is part of a backfill, which goes on by itself", []
+    if first is None or last is None or first == last:
+        return f"run {run.run_id} is no run of a range of days", []
+    days = set(_days_between(first, last))
+    for key in published:
+        days &= instance.get_materialized_partitions(key)
+    if not days:
+        return f"run {run.run_id} ({first}..{last}) published no day", []
+    return None, sorted(days)
+
+
+def _days_between(first: str, last: str) -> list[str]:
+    start, end = partition_day(first), partition_day(last)
+    return [(start + dt.timedelta(days=n)).isoformat() for n in range((end - start).days + 1)]

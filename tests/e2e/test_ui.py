@@ -11,8 +11,9 @@ the path a person's click takes. The browser is Debian's chromium (`.ci/run` ins
 Screenshots of each browser step land in `<repo>/.local/ui-screenshots/`.
 
 Changes to the world: drops and raw partitions (with their contract checks) of days no other test
-uses, `raw_flights` of 2013-04-01..03; one more run in the flights MLflow experiment (a small
-training of its own, registered nowhere).
+uses, `raw_flights` of 2013-04-01..03; every daily asset of 2013-01-01..03 (before the world's
+history), from a ranged `daily_partition` run and the backfill that finishes it; one more run in
+the flights MLflow experiment (a small training of its own, registered nowhere).
 """
 
 import json
@@ -55,6 +56,9 @@ MAKEFILE_DEV_WARNINGS = re.compile(r"^DEV_WARNINGS := (.+)$", re.MULTILINE)
 # Days nobody else in the session uses: the browser's run and backfill.
 UI_RUN_DAY = "2013-04-01"
 UI_BACKFILL_DAYS = ["2013-04-02", "2013-04-03"]
+# The ranged Launchpad run: the first days of the partitions, so their trailing windows need no
+# history (before the first partition a window is shorter) and touch none of the world's days.
+RANGE_DAYS = ["2013-01-01", "2013-01-02", "2013-01-03"]
 
 GROUPS = LIFECYCLE_GROUPS
 ASSETS_QUERY = """{ assetNodes { assetKey { path } groupName
@@ -72,6 +76,13 @@ BACKFILL_QUERY = """query($id: String!) { partitionBackfillOrError(backfillId: $
       ... on AssetPartitionsStatusCounts { assetKey { path } numPartitionsTargeted
         numPartitionsMaterialized numPartitionsFailed numPartitionsInProgress } } } }
   ... on PythonError { message } } }"""
+BACKFILLS_BY_TAG_QUERY = """{ partitionBackfillsOrError(limit: 20) { ... on PartitionBackfills {
+  results { id status tags { key value } } } } }"""
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+SENSOR_TICKS_QUERY = """query($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) { ... on Sensor {
+    sensorState { status ticks(limit: 1) { status } } } } }"""
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 
@@ -128,7 +139,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(world: World) -> Iterator[Server]:
     """`dagster dev -w workspace.yaml` serving the world, as `make dev` starts it."""
-    make_drops(world.drops, [UI_RUN_DAY, *UI_BACKFILL_DAYS])
+    make_drops(world.drops, [UI_RUN_DAY, *UI_BACKFILL_DAYS, *RANGE_DAYS])
     port = free_port()
     log = world.home / f"dagster-dev-{port}.log"
     started = time.monotonic()
@@ -303,6 +314,81 @@ def test_the_api_serves_the_graph_partitions_checks_schedules_and_sensors(server
     }
     assert all(unattended.values()), (unattended, jobs, schedules, sensors)
     assert groups == {CASE.group(stage) for stage in GROUPS}
+
+
+@pytest.mark.timeout(900)
+def test_a_ranged_launchpad_run_of_the_daily_job_is_finished_for_every_day(
+    server: Server, world: World
+):
+    """The Launchpad's run of `daily_partition` over a range publishes the days in one run and
+    skips what follows a day's publication; `finish_range` backfills that for the range's days:
+    feature tables, the online store and drift (the world has a champion). Nothing of the days
+    was predicted the night before, so their realized performance is left out: the step would
+    skip, and the backfill would count that as a failure."""
+    (repository,) = server.graphql(REPOSITORIES_QUERY)["repositoriesOrError"]["nodes"]
+    where = {
+        "repositoryLocationName": repository["location"]["name"],
+        "repositoryName": repository["name"],
+    }
+    sensor = {**where, "sensorName": CASE.name_for("finish_range")}
+
+    def ticked() -> bool:  # its first tick: it answers the runs that end after it
+        state = server.graphql(SENSOR_TICKS_QUERY, {"selector": sensor})["sensorOrError"]
+        return state["sensorState"]["status"] == "RUNNING" and bool(state["sensorState"]["ticks"])
+
+    server.wait_for("finish_range's first tick", ticked, timeout_s=180)
+    range_tags = [
+        {"key": "dagster/asset_partition_range_start", "value": RANGE_DAYS[0]},
+        {"key": "dagster/asset_partition_range_end", "value": RANGE_DAYS[-1]},
+    ]
+    params = {
+        "selector": {**where, "jobName": CASE.name_for("daily_partition")},
+        "runConfigData": {},
+        "executionMetadata": {"tags": range_tags},
+    }
+    launched = server.graphql(LAUNCH_RUN, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def run_ended() -> dict[str, Any] | None:
+        (run,) = [r for r in server.runs(runIds=[run_id])]
+        return run if run["status"] in {"SUCCESS", "FAILURE", "CANCELED"} else None
+
+    assert server.wait_for("the ranged run", run_ended, timeout_s=300)["status"] == "SUCCESS"
+    for day in RANGE_DAYS:  # published by the ranged run itself
+        assert lake_rows(world, "validated_flights", day) == drop_rows(world, "flights", day)
+
+    def follow_up() -> dict[str, Any] | None:
+        backfills = server.graphql(BACKFILLS_BY_TAG_QUERY)["partitionBackfillsOrError"]["results"]
+        tagged = [
+            b
+            for b in backfills
+            if {"key": "ml_lifecycle/finishes_run", "value": run_id} in b["tags"]
+        ]
+        return tagged[0] if tagged else None
+
+    backfill = server.wait_for("the backfill finishing the range", follow_up, timeout_s=180)
+    finished = server.finished_backfill(backfill["id"], timeout_s=600)
+    statuses = {
+        s["assetKey"]["path"][-1]: s for s in finished["assetBackfillData"]["assetBackfillStatuses"]
+    }
+    done = {name: s["numPartitionsMaterialized"] for name, s in statuses.items()}
+    failed = {
+        name: s["numPartitionsFailed"] for name, s in statuses.items() if s["numPartitionsFailed"]
+    }
+    assert failed == {}, (finished, server.log.read_text(errors="replace")[-3000:])
+    assert done == {name: len(RANGE_DAYS) for name in statuses}, finished
+    assert {"online_features", "flight_features", "feature_drift"} <= set(done)
+    # Nobody predicted these days: their realized performance is not even asked for.
+    assert "realized_performance" not in done
+    online = world.instance.fetch_materializations(CASE.key("online_features"), limit=10).records
+    written = {r.partition_key: r.asset_materialization.metadata for r in online}
+    assert set(RANGE_DAYS) <= set(written)
+    # One Feast materialization for the range, from its first day's start.
+    starts = {written[day]["start"].value for day in RANGE_DAYS}
+    assert len(starts) == 1 and starts.pop().startswith(RANGE_DAYS[0])
+    for day in RANGE_DAYS:
+        assert lake_rows(world, "flight_features", day) > 0
 
 
 @pytest.fixture

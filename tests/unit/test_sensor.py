@@ -6,18 +6,22 @@ import dataclasses
 import dagster as dg
 import pytest
 
-from pipelines.jobs import build_jobs, definition_name, find_job
+from pipelines.jobs import SCORING, build_jobs, day_after_arrival, definition_name, find_job
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings
 from pipelines.sensors import (
     DECAY,
     DRIFT,
     EVENT_TAG,
+    FINISHES_TAG,
     PREDICTED_AFTER_TAG,
     RetrainEvent,
     build_drift_sensor,
     build_event_sensor,
     build_prediction_sensor,
+    build_range_sensor,
+    finishing,
     next_day_request,
+    range_to_finish,
 )
 from tests.unit.tiny_case import TINY
 
@@ -187,3 +191,112 @@ def test_a_published_day_requests_the_next_days_prediction_once():
         )
         skip = after({"dagster/partition": "2013-03-01"})
         assert isinstance(skip, dg.SkipReason) and "already predicted" in (skip.skip_message or "")
+
+
+# The rest of a ranged daily run
+
+
+def test_a_ranged_daily_run_that_ended_gets_one_backfill_of_its_published_days():
+    from pipelines.definitions import use_case_definitions
+
+    daily = find_job(build_jobs(TINY), TINY, "daily_partition")
+    sensor = build_range_sensor(TINY, daily)
+    # The asset graph the sensor reads, as specs: nothing to run, no resource to wire.
+    assets = use_case_definitions(TINY, SETTINGS).assets or []
+    specs = [spec for asset in assets for spec in getattr(asset, "specs", [asset])]
+    repository = dg.Definitions(
+        assets=specs, sensors=[sensor], resources={"lake": dg.InMemoryIOManager()}
+    ).get_repository_def()
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING  # whatever the automation
+    days = ["2024-03-01", "2024-03-02", "2024-03-03"]
+
+    def ended(
+        run_id: str,
+        tags: dict[str, str],
+        ending: dg.DagsterEventType = dg.DagsterEventType.RUN_SUCCESS,
+        job: str = daily.name,
+    ) -> None:
+        """A run of `job` that started and ended as `ending` says, with its event."""
+        started = dg.DagsterRunStatus.STARTED
+        instance.add_run(dg.DagsterRun(job_name=job, run_id=run_id, tags=tags, status=started))
+        instance.report_dagster_event(dg.DagsterEvent(ending.value, job_name=job), run_id=run_id)
+
+    def tick(cursor: str | None):
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, repository_def=repository
+        )
+        return sensor.evaluate_tick(context), context.cursor
+
+    with dg.instance_for_test() as instance:
+        ended("before-the-sensor", {RANGE_START: days[0], RANGE_END: days[-1]})
+        first, cursor = tick(None)
+        assert not first.run_requests and "from now on" in (first.skip_message or "")
+        # The range's middle day was refused: its tables are not all published.
+        for table in TINY.event_tables:
+            for day in (days[0], days[-1]):
+                instance.report_runless_asset_event(
+                    dg.AssetMaterialization(TINY.key(f"validated_{table.name}"), partition=day)
+                )
+        whole = {RANGE_START: days[0], RANGE_END: days[-1]}
+        ended("a-range", whole, dg.DagsterEventType.RUN_FAILURE)  # it refused the middle day
+        ended("stopped", whole, dg.DagsterEventType.RUN_CANCELED)  # a stop is not carried on
+        ended("another-job", whole, job=find_job(build_jobs(TINY), TINY, "build_features").name)
+        ended("one-day", {"dagster/partition": days[0]})
+        ended("in-a-backfill", {RANGE_START: days[0], RANGE_END: days[1], "dagster/backfill": "b"})
+        ended("nothing-published", {RANGE_START: "2024-04-01", RANGE_END: "2024-04-02"})
+        result, cursor = tick(cursor)
+        (request,) = result.run_requests or []
+        assert request.requires_backfill_daemon()
+        assert (
+            request.tags[FINISHES_TAG] == "a-range" and request.tags[TRIGGER_TAG] == "finish_range"
+        )
+        subset = request.asset_graph_subset
+        assert subset is not None
+        # No champion yet: nothing to measure, only the features and the online store.
+        unmeasured = {TINY.key(name) for name in day_after_arrival(TINY) if name not in SCORING}
+        assert subset.asset_keys == unmeasured
+        for key in subset.asset_keys:
+            assert list(subset.get_partitions_subset(key).get_partition_keys()) == [
+                days[0],
+                days[-1],
+            ]
+        # Every run is read once: the next tick finds nothing new.
+        again, _ = tick(cursor)
+        assert not again.run_requests and "ended" in (again.skip_message or "")
+
+
+def test_a_range_is_measured_where_there_is_something_to_measure():
+    days = ["2024-03-01", "2024-03-02"]
+    measuring = [name for name in day_after_arrival(TINY) if name in SCORING]
+    assert measuring, "the daily job measures its days"
+    with dg.instance_for_test() as instance:
+        before = finishing(instance, TINY, days)
+        assert not {TINY.key(name) for name in measuring} & set(before)
+        assert before and all(keys == days for keys in before.values())
+        instance.report_runless_asset_event(dg.AssetMaterialization(TINY.key("registered_model")))
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(TINY.key("batch_predictions"), partition=days[1])
+        )
+        after = finishing(instance, TINY, days)
+        for name in measuring:
+            # Scored by the backfill itself, or predicted the night before (only the second day).
+            predicted_ahead = (
+                name == "realized_performance" and "batch_predictions" not in measuring
+            )
+            assert after[TINY.key(name)] == (days[1:] if predicted_ahead else days), name
+
+
+def test_why_a_run_has_no_range_to_finish():
+    daily = find_job(build_jobs(TINY), TINY, "daily_partition")
+    published = [TINY.key(f"validated_{table.name}") for table in TINY.event_tables]
+    with dg.instance_for_test() as instance:
+        for tags, why in (
+            ({"dagster/partition": "2024-03-01"}, "no run of a range"),
+            ({RANGE_START: "2024-03-01", RANGE_END: "2024-03-01"}, "no run of a range"),
+            ({RANGE_START: "2024-03-01", RANGE_END: "2024-03-02", "dagster/backfill": "b"},
+             "part of a backfill"),
+            ({RANGE_START: "2024-03-01", RANGE_END: "2024-03-02"}, "published no day"),
+        ):  # fmt: skip
+            run = dg.DagsterRun(job_name=daily.name, run_id="r", tags=tags)
+            reason, days = range_to_finish(instance, run, published)
+            assert days == [] and why in (reason or ""), tags
