@@ -127,9 +127,10 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
     @_monitor(
         case,
         "feature_drift",
-        # The day's feature tables too: the window it measures ends with the day's rows. In the
-        # day's run it comes after them; in a run of a range, where they are skipped, so is it.
-        deps=[case.key("batch_predictions"), *(case.key(t.name) for t in case.feature_tables)],
+        # The window it measures ends with the day's rows: in the day's run it comes after the
+        # day's features are published (the online store, written after every feature table);
+        # in a run of a range, where those steps are skipped, it is skipped with them.
+        deps=[case.key("batch_predictions"), case.key("online_features")],
         kinds={"pandas", "onnx", "feast"},
         description=(
             "PSI and Kolmogorov-Smirnov of the window's features and champion scores vs its"

@@ -211,33 +211,36 @@ class Stops:
         finally:
             with self._lock:
                 self._run_id = None
-            if self.stopped:
-                self._cancel(run_id, final=True)
+            if self.stopped:  # in this thread, after the run: the command's own instance
+                self._cancel(self._instance, run_id, final=True)
 
     def _wait(self, fd: int) -> None:
-        with os.fdopen(fd, "rb", buffering=0) as pipe:
+        # Its own instance, as Dagster's run cancellation thread has: it runs beside the main
+        # thread's use of the command's. Opened before the stop, not after: on a loaded machine
+        # that takes seconds, in which the run could finish as if no stop had come.
+        with (
+            dg.DagsterInstance.from_ref(self._instance.get_ref()) as instance,
+            os.fdopen(fd, "rb", buffering=0) as pipe,
+        ):
             got = pipe.read(1)
-        with self._lock:
-            self.signum = got[0] if got else signal.SIGTERM  # end of file: the supervisor died
-            self.stage = self._what if self._run_id else ""
-            if self._run_id is not None:
-                self._cancel(self._run_id, final=False)
+            with self._lock:
+                self.signum = got[0] if got else signal.SIGTERM  # end of file: supervisor died
+                self.stage = self._what if self._run_id else ""
+                if self._run_id is not None:
+                    self._cancel(instance, self._run_id, final=False)
         signal.pthread_kill(self._main, INTERRUPT)
 
-    def _cancel(self, run_id: str, *, final: bool) -> None:
+    def _cancel(self, instance: dg.DagsterInstance, run_id: str, *, final: bool) -> None:
         """Mark `run_id` CANCELING (before its interrupt) or, when it ended unfinished, CANCELED;
         a run that does not exist yet, or has ended, is left as it is."""
-        # Its own instance, as Dagster's run cancellation thread does: this may run beside the
-        # main thread's use of the command's.
-        with dg.DagsterInstance.from_ref(self._instance.get_ref()) as instance:
-            run = instance.get_run_by_id(run_id)
-            if run is None or run.status not in _UNFINISHED:
-                return
-            name = signal.Signals(self.signum or signal.SIGTERM).name
-            if final:
-                instance.report_run_canceled(run, f"{name}: `make run` was stopped")
-            elif run.status != dg.DagsterRunStatus.CANCELING:
-                instance.report_run_canceling(run, f"{name}: `make run` stops")
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.status not in _UNFINISHED:
+            return
+        name = signal.Signals(self.signum or signal.SIGTERM).name
+        if final:
+            instance.report_run_canceled(run, f"{name}: `make run` was stopped")
+        elif run.status != dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceling(run, f"{name}: `make run` stops")
 
     def _interrupt(self, _signum: int, frame: FrameType | None) -> None:
         if self.signum is None or self._run_id is None:

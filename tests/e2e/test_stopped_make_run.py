@@ -157,7 +157,10 @@ def assert_stopped(home: Home, command: Command, job: str) -> None:
     assert command.stopped_after_s < STOP_WITHIN_S and not home.processes_left()
     statuses = {run.run_id: run.status for run in command.runs}
     assert not UNFINISHED & set(statuses.values()), statuses
-    (canceled,) = [r for r in command.runs if r.status == dg.DagsterRunStatus.CANCELED]
+    ended = [(run.job_name, run.status.value) for run in command.runs]
+    canceled = [r for r in command.runs if r.status == dg.DagsterRunStatus.CANCELED]
+    assert len(canceled) == 1, (ended, command.stopped_after_s, command.out[-2000:])
+    (canceled,) = canceled
     assert canceled.job_name == CASE.name_for(job)
     # The stopped run is the last it started (the instance lists the newest first).
     assert command.runs[0].run_id == canceled.run_id

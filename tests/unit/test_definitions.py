@@ -154,8 +154,10 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     assert all(k.startswith("flights/") for k in nightly), "a day of one case runs only its own"
     # Drift measures a window that ends with the day's rows: in the day's run it comes after
     # them (and in a run of a range, where the feature tables are skipped, it is skipped too).
-    drift_parents = defs.resolve_asset_graph().get(FLIGHTS.key("feature_drift")).parent_keys
-    assert {FLIGHTS.key(spec.name) for spec in FLIGHTS.feature_tables} <= drift_parents
+    graph = defs.resolve_asset_graph()
+    assert FLIGHTS.key("online_features") in graph.get(FLIGHTS.key("feature_drift")).parent_keys
+    tables = {FLIGHTS.key(spec.name) for spec in FLIGHTS.feature_tables}
+    assert tables <= graph.get(FLIGHTS.key("online_features")).parent_keys
     # The day's predictions were made the night before, by its own run.
     assert not nightly & {
         "flights/feature_registry",
