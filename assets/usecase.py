@@ -6,7 +6,7 @@ and never name a table, column, model or feature service of their own. A use cas
 folder of its own under `usecases/`; its Feast declarations are `feature_repo/<name>.py`.
 
 Declarations are plain data: they are checked when they are made, and an error names the use case
-and the field. Building Dagster objects from them is `assets.stages` and `pipelines/`' work.
+and the field. Building Dagster objects from them is the work of `assets/` and `pipelines/`.
 """
 
 import datetime as dt
