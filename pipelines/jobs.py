@@ -27,6 +27,9 @@ HOUR = 3600
 warnings.filterwarnings(
     "ignore", message=r"Asset job \S+ materializes assets with varying BackfillPolicies"
 )
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+"""The tags of a run of a range of days (Dagster's own names, not exported)."""
 SCORING = ("batch_predictions", "feature_drift", "realized_performance")
 """The assets of scoring a day and measuring it, in order."""
 TRAINING = ("trained_model", "model_evaluation", "onnx_model", "registered_model")

@@ -32,14 +32,12 @@ from typing import Any
 import dagster as dg
 
 from assets.usecase import Trailing, UseCase
-from pipelines.jobs import definition_name
+from pipelines.jobs import RANGE_END_TAG, RANGE_START_TAG, definition_name
 from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
 """The tags of a run that takes a range of partitions (what a batched backfill launches)."""
 UI = LOCAL_DAGSTER_UI
 LOCATION = "ml-lifecycle"

@@ -57,7 +57,14 @@ from dagster._core.definitions.events import AssetKeyPartitionKey
 
 from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
 from assets.usecase import UseCase, partition_day
-from pipelines.jobs import SCORING, Job, day_after_arrival, definition_name
+from pipelines.jobs import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    SCORING,
+    Job,
+    day_after_arrival,
+    definition_name,
+)
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings, retrain_request
 
 PREDICTED_AFTER_TAG = "ml_lifecycle/predicted_after_run"
@@ -65,8 +72,6 @@ FINISHES_TAG = "ml_lifecycle/finishes_run"
 """On the backfill `finish_range` requested: the ranged run whose days it finishes."""
 ENDINGS = (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE)
 """How a run a range sensor finishes can end: a stopped (CANCELED) run is not carried on."""
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
 BATCH = 200
 """Materializations read per evaluation (a backfill can write many at once)."""
 
@@ -271,7 +276,6 @@ def build_range_sensor(case: UseCase, daily_job: Job) -> dg.SensorDefinition:
     """`case`'s sensor finishing the runs of `daily_job` (its `daily_partition`) over a range of
     days: a backfill of what follows a day's publication, for the range's published days."""
     after = [case.key(name) for name in day_after_arrival(case)]
-    published = [case.key(f"validated_{table.name}") for table in case.event_tables]
 
     @dg.sensor(
         name=definition_name(case, "finish_range"),
@@ -318,7 +322,7 @@ def build_range_sensor(case: UseCase, daily_job: Job) -> dg.SensorDefinition:
         asset_graph = context.repository_def.asset_graph  # type: ignore[union-attr]
         requests, skipped = [], []
         for run in runs:
-            why, days = range_to_finish(instance, run, published)
+            why, days = range_to_finish(instance, run, case)
             if why:
                 skipped.append(why)
                 continue
@@ -364,7 +368,7 @@ def finishing(
         if name in SCORING and not champion:
             continue
         # Predicted the night before (not by this backfill): only the days that were.
-        if name == "realized_performance" and "batch_predictions" not in names:
+        if name == "realized_performance" and case.predicts_ahead:
             targets[case.key(name)] = [day for day in days if day in predicted]
         else:
             targets[case.key(name)] = list(days)
@@ -372,9 +376,9 @@ def finishing(
 
 
 def range_to_finish(
-    instance: dg.DagsterInstance, run: dg.DagsterRun, published: Sequence[dg.AssetKey]
+    instance: dg.DagsterInstance, run: dg.DagsterRun, case: UseCase
 ) -> tuple[str | None, list[str]]:
-    """The days of `run`'s range whose every table in `published` is published, or why there
+    """The days of `run`'s range whose every event table of `case` is published, or why there
     is nothing to finish: a run of one day, a backfill's run (the backfill carries on itself),
     a range none of whose days is published."""
     first, last = run.tags.get(RANGE_START_TAG), run.tags.get(RANGE_END_TAG)
@@ -382,14 +386,10 @@ def range_to_finish(
         return f"run {run.run_id} is part of a backfill, which goes on by itself", []
     if first is None or last is None or first == last:
         return f"run {run.run_id} is no run of a range of days", []
-    days = set(_days_between(first, last))
-    for key in published:
-        days &= instance.get_materialized_partitions(key)
+    partitions = case.partitions.definition()
+    days = set(partitions.get_partition_keys_in_range(dg.PartitionKeyRange(first, last)))
+    for table in case.event_tables:
+        days &= instance.get_materialized_partitions(case.key(f"validated_{table.name}"))
     if not days:
         return f"run {run.run_id} ({first}..{last}) published no day", []
     return None, sorted(days)
-
-
-def _days_between(first: str, last: str) -> list[str]:
-    start, end = partition_day(first), partition_day(last)
-    return [(start + dt.timedelta(days=n)).isoformat() for n in range((end - start).days + 1)]
