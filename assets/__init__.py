@@ -13,9 +13,12 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+
+if TYPE_CHECKING:
+    from assets.usecase import UseCase
 
 gc.freeze()
 
@@ -26,6 +29,11 @@ EXTERNAL_RETRY = dg.RetryPolicy(
 stores, the MLflow server): a dropped connection or a busy database usually passes within
 seconds, so two more tries, 5 s and then ~10 s later. Bad data is never retried: those steps
 raise `dg.Failure(allow_retries=False)`, which a retry policy does not repeat."""
+
+
+def asset_key(case: "UseCase", asset: str) -> dg.AssetKey:
+    """A use case's asset key: the asset under the use case's name (`<case>/trained_model`)."""
+    return dg.AssetKey([case.name, asset])
 
 
 def with_inputs(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, asset_key
 from assets.evaluation import GATE_REPORT, ModelEvaluation
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.pods import SMALL
@@ -90,10 +90,10 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
     model_name, timezone = case.registered_model, case.timezone
 
     @dg.asset(
-        key=case.key("onnx_model"),
+        key=asset_key(case, "onnx_model"),
         ins={
-            "model_evaluation": dg.AssetIn(case.key("model_evaluation")),
-            "training_set": dg.AssetIn(case.key("training_set")),
+            "model_evaluation": dg.AssetIn(asset_key(case, "model_evaluation")),
+            "training_set": dg.AssetIn(asset_key(case, "training_set")),
         },
         group_name=case.group(DEPLOYMENT),
         kinds={"onnx"},
@@ -103,7 +103,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
         check_specs=[
             dg.AssetCheckSpec(
                 PARITY,
-                asset=case.key("onnx_model"),
+                asset=asset_key(case, "onnx_model"),
                 description=(
                     "onnxruntime matches PyTorch on the whole test split, batch 1, 7, 1024."
                 ),
@@ -313,10 +313,10 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
     model_name = case.registered_model
 
     @dg.asset(
-        key=case.key("registered_model"),
+        key=asset_key(case, "registered_model"),
         ins={
-            "model_evaluation": dg.AssetIn(case.key("model_evaluation")),
-            "onnx_model": dg.AssetIn(case.key("onnx_model")),
+            "model_evaluation": dg.AssetIn(asset_key(case, "model_evaluation")),
+            "onnx_model": dg.AssetIn(asset_key(case, "onnx_model")),
         },
         group_name=case.group(DEPLOYMENT),
         kinds={"mlflow", "onnx"},

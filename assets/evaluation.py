@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, figure
+from assets import EXTERNAL_RETRY, asset_key, figure
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun
 from assets.usecase import UseCase
@@ -209,10 +209,10 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
     config_class = evaluation_config(case)
 
     @dg.asset(
-        key=case.key("model_evaluation"),
+        key=asset_key(case, "model_evaluation"),
         ins={
-            "trained_model": dg.AssetIn(case.key("trained_model")),
-            "training_set": dg.AssetIn(case.key("training_set")),
+            "trained_model": dg.AssetIn(asset_key(case, "trained_model")),
+            "training_set": dg.AssetIn(asset_key(case, "training_set")),
         },
         group_name=case.group(EVALUATION),
         kinds={"pytorch", "onnx"},
@@ -222,7 +222,7 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         op_tags=EVALUATION_POD,
         check_specs=[
             dg.AssetCheckSpec(
-                name, asset=case.key("model_evaluation"), description=text, blocking=True
+                name, asset=asset_key(case, "model_evaluation"), description=text, blocking=True
             )
             for name, text in GATE_RULES.items()
             if name in TASK_RULES[task]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import create_model
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import FEATURES as FEATURES_POD
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_POINTER_TAG, INPUT_VERSION_TAG
 from assets.usecase import Day, FeatureTableSpec, Lookup, Trailing, UseCase, partition_day
@@ -72,7 +72,7 @@ def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]
     many of the declared inputs read it (Dagster keys a step's inputs by asset, so the day and a
     trailing window of one table are one input: the window with the day at its end)."""
     ins: dict[str, dg.AssetIn] = {
-        name: dg.AssetIn(case.key(source.table))
+        name: dg.AssetIn(asset_key(case, source.table))
         for name, source in spec.inputs.items()
         if isinstance(source, Lookup)
     }
@@ -86,7 +86,9 @@ def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]
                 allow_nonexistent_upstream_partitions=True,
             )
         ins[_slot(table)] = dg.AssetIn(
-            case.key(f"validated_{table}"), partition_mapping=window, dagster_type=LakePartitions
+            asset_key(case, f"validated_{table}"),
+            partition_mapping=window,
+            dagster_type=LakePartitions,
         )
     return ins
 
@@ -139,7 +141,7 @@ def _feature_table(case: UseCase, spec: FeatureTableSpec) -> dg.AssetsDefinition
     """A daily table in the lake, built by the declaration's Dagster-free `build` from the
     day's inputs: published rows a row group at a time, trailing days, dimension tables. A step
     of a range builds and records each day on its own (`_feature_days`)."""
-    key = case.key(spec.name)
+    key = asset_key(case, spec.name)
 
     @dg.asset(
         key=key,
@@ -185,7 +187,7 @@ def _feature_days(
     from ml.features import FeatureTable
 
     lake: ParquetLake = context.resources.lake
-    key = case.key(spec.name)
+    key = asset_key(case, spec.name)
     lookups = _lookup_tags(context, case, spec)
     together = _built_together(spec, inputs, context.partition_keys, case.partitions.timezone)
     hashes: dict[str, str] = {}  # each input file's content hash, read once for the range
@@ -287,7 +289,7 @@ def _input_tags(
             if str(table_file.path) not in hashes:
                 hashes[str(table_file.path)] = stored_hash(table_file.path) or ""
         versions = "".join(hashes[str(t.path)] for t in window.tables)
-        parent = case.key(f"validated_{table}").to_user_string()
+        parent = asset_key(case, f"validated_{table}").to_user_string()
         tags[INPUT_VERSION_TAG + parent] = hashlib.sha256(versions.encode()).hexdigest()
     return tags
 
@@ -301,7 +303,7 @@ def _lookup_tags(
     for source in spec.inputs.values():
         if not isinstance(source, Lookup):
             continue
-        key = case.key(source.table)
+        key = asset_key(case, source.table)
         records = context.instance.fetch_materializations(key, limit=1).records
         materialization = records[0].asset_materialization if records else None
         if materialization is None:
@@ -327,7 +329,7 @@ def _streamed(stream: "TableStream") -> Chunks:
 
 def _feature_registry(case: UseCase) -> dg.AssetsDefinition:
     @dg.asset(
-        key=case.key("feature_registry"),
+        key=asset_key(case, "feature_registry"),
         group_name=case.group(FEATURES),
         kinds={"feast"},
         code_version=declarations_version(DEFAULT_REPO, f"{case.name}.py"),
@@ -356,14 +358,17 @@ def _feature_registry(case: UseCase) -> dg.AssetsDefinition:
 
 
 def _tables(case: UseCase) -> list[dg.AssetKey]:
-    return [case.key("feature_registry"), *(case.key(t.name) for t in case.feature_tables)]
+    return [
+        asset_key(case, "feature_registry"),
+        *(asset_key(case, t.name) for t in case.feature_tables),
+    ]
 
 
 def _online_features(case: UseCase) -> dg.AssetsDefinition:
     partitions_def = case.partitions.definition()
 
     @dg.asset(
-        key=case.key("online_features"),
+        key=asset_key(case, "online_features"),
         partitions_def=partitions_def,
         deps=_tables(case),
         # Runs of a month of days, each one Feast materialization, after the tables' run: their
@@ -447,7 +452,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
     config_class = training_set_config(case)
 
     @dg.asset(
-        key=case.key("training_set"),
+        key=asset_key(case, "training_set"),
         deps=_tables(case),
         group_name=case.group(FEATURES),
         kinds={"pandas", "parquet", "feast"},

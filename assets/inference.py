@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.usecase import UseCase
 from resources.feature_store import FeastFeatureStore
@@ -42,9 +42,9 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
     model_name = case.registered_model
 
     @dg.asset(
-        key=case.key("batch_predictions"),
+        key=asset_key(case, "batch_predictions"),
         partitions_def=case.partitions.definition(),
-        deps=[case.key("registered_model"), *_feature_deps(case)],
+        deps=[asset_key(case, "registered_model"), *_feature_deps(case)],
         group_name=case.group(INFERENCE),
         kinds={"onnx", "parquet", "feast"},
         code_version="1",
@@ -139,15 +139,15 @@ def _feature_deps(case: UseCase) -> list[dg.AssetDep]:
     the tables built ahead of it, and of the others (observations, the label) the day before,
     whose last rows are what was known at the day's start."""
     if not case.predicts_ahead:
-        return [dg.AssetDep(case.key(spec.name)) for spec in case.feature_tables]
+        return [dg.AssetDep(asset_key(case, spec.name)) for spec in case.feature_tables]
     ahead = set(case.ahead_feature_tables)
     day_before = dg.TimeWindowPartitionMapping(
         start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
     )
     return [
-        dg.AssetDep(case.key(spec.name))
+        dg.AssetDep(asset_key(case, spec.name))
         if spec.name in ahead
-        else dg.AssetDep(case.key(spec.name), partition_mapping=day_before)
+        else dg.AssetDep(asset_key(case, spec.name), partition_mapping=day_before)
         for spec in case.feature_tables
         if spec.name != case.label.table
     ]
@@ -172,7 +172,7 @@ def _entity_rows(
             case.label.view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
         )
         if rows.empty:
-            labels = context.instance.get_materialized_partitions(case.key(case.label.table))
+            labels = context.instance.get_materialized_partitions(asset_key(case, case.label.table))
             if partition not in labels:
                 raise dg.Failure(
                     f"batch_predictions {partition}: {case.label.view!r} has no rows that day;"
@@ -181,7 +181,7 @@ def _entity_rows(
                 )
         return rows
     try:
-        stored = ParquetLake(root=lake_files.root).table(case.key(table), partition)
+        stored = ParquetLake(root=lake_files.root).table(asset_key(case, table), partition)
     except FileNotFoundError as error:
         raise dg.Failure(
             f"batch_predictions {partition}: the entities to predict are the rows of {table},"

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import SMALL
 from assets.usecase import Dimension, UseCase, partition_day
 from resources.expectations import TableContract
@@ -88,7 +88,7 @@ def _lake_asset(
 ):
     """The decorator a dimension table uses: its group, kinds and the lake it lands in."""
     return dg.asset(
-        key=case.key(name),
+        key=asset_key(case, name),
         description=description,
         code_version="1",
         group_name=case.group(INGESTION),

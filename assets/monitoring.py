@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, figure
+from assets import EXTERNAL_RETRY, asset_key, figure
 from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
@@ -100,10 +100,10 @@ def _monitor(
     the asset nor its check (a check that ran on nothing would read as passed). Dagster makes a
     check's output optional only in a subsettable multi-asset, hence this form."""
     return dg.multi_asset(
-        name=case.key(name).to_python_identifier(),
+        name=asset_key(case, name).to_python_identifier(),
         specs=[
             dg.AssetSpec(
-                case.key(name),
+                asset_key(case, name),
                 deps=deps,
                 description=description,
                 group_name=case.group(MONITORING),
@@ -130,7 +130,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         # The window it measures ends with the day's rows: in the day's run it comes after the
         # day's features are published (the online store, written after every feature table);
         # in a run of a range, where those steps are skipped, it is skipped with them.
-        deps=[case.key("batch_predictions"), case.key("online_features")],
+        deps=[asset_key(case, "batch_predictions"), asset_key(case, "online_features")],
         kinds={"pandas", "onnx", "feast"},
         description=(
             "PSI and Kolmogorov-Smirnov of the window's features and champion scores vs its"
@@ -138,7 +138,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         ),
         check=dg.AssetCheckSpec(
             DRIFT_CHECK,
-            asset=case.key("feature_drift"),
+            asset=asset_key(case, "feature_drift"),
             description=(
                 "Warns when features drift past their thresholds; fails when the champion's"
                 " score drifts (a drift event: the drift_retrain sensor requests a retrain)."
@@ -306,12 +306,12 @@ class RealizedPerformanceConfig(dg.Config):
 
 def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     label = case.label
-    key = case.key("realized_performance")
+    key = asset_key(case, "realized_performance")
 
     @_monitor(
         case,
         "realized_performance",
-        deps=[case.key("batch_predictions"), case.key(label.table)],
+        deps=[asset_key(case, "batch_predictions"), asset_key(case, label.table)],
         kinds={"pandas"},
         description=(
             "The day's predictions joined with what happened, once its outcomes are published:"
@@ -342,7 +342,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
 
         day = dt.date.fromisoformat(context.partition_key)
         lake = ParquetLake(root=lake_files.root)
-        predictions_key = case.key("batch_predictions")
+        predictions_key = asset_key(case, "batch_predictions")
         today = predicted_outcomes(lake, lake_files, predictions_key, case, day)
         if today is None:
             context.log.info(f"realized_performance {day}: no predictions of that day; skipped")
@@ -528,7 +528,8 @@ def predicted_outcomes(
     label = case.label
     try:
         outcomes = pd.concat(
-            list(lake.table(case.key(label.table), day.isoformat()).frames()), ignore_index=True
+            list(lake.table(asset_key(case, label.table), day.isoformat()).frames()),
+            ignore_index=True,
         )
     except FileNotFoundError:
         raise dg.Failure(

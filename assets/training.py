@@ -13,7 +13,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, create_model
 
-from assets import figure
+from assets import asset_key, figure
 from assets.pods import TRAINING as TRAINING_POD
 from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
@@ -89,9 +89,13 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
     config_class = trained_model_config(case)
 
     @dg.asset(
-        key=case.key("trained_model"),
+        key=asset_key(case, "trained_model"),
         # The training set's file, not its rows: the workers read it themselves.
-        ins={"training_set": dg.AssetIn(case.key("training_set"), input_manager_key="lake_paths")},
+        ins={
+            "training_set": dg.AssetIn(
+                asset_key(case, "training_set"), input_manager_key="lake_paths"
+            )
+        },
         group_name=case.group(TRAINING),
         kinds={"pytorch", "mlflow"},
         code_version="3",

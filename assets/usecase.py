@@ -479,10 +479,6 @@ class UseCase:
         if (window := self.window.problem()) is not None:
             raise _refuse(self.name, *window)
 
-    def key(self, asset: str) -> dg.AssetKey:
-        """The key of one of this use case's assets: under the use case's name."""
-        return dg.AssetKey([self.name, asset])
-
     def group(self, stage: str) -> str:
         """The asset group of one of this use case's stages (`flights_training`)."""
         return f"{self.name}_{stage}"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY
+from assets import EXTERNAL_RETRY, asset_key
 from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop, source_key
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
@@ -222,7 +222,7 @@ def stage_name(case: UseCase, table: EventTable) -> str:
 def _references(case: UseCase, contract: TableContract) -> dict[str, dg.AssetIn]:
     """The dimension tables a contract's reference sets come from, as inputs."""
     tables = sorted({reference.split(".", 1)[0] for reference in contract.references})
-    return {table: dg.AssetIn(case.key(table)) for table in tables}
+    return {table: dg.AssetIn(asset_key(case, table)) for table in tables}
 
 
 def input_version(parent: dg.DataVersion) -> str:
@@ -246,13 +246,13 @@ class _Stage:
 
     @classmethod
     def of(cls, case: UseCase, table: EventTable) -> "_Stage":
-        raw = case.key(f"raw_{table.name}")
+        raw = asset_key(case, f"raw_{table.name}")
         return cls(
             case,
             table,
             raw,
-            case.key(f"validated_{table.name}"),
-            case.key(f"quarantined_{table.name}"),
+            asset_key(case, f"validated_{table.name}"),
+            asset_key(case, f"quarantined_{table.name}"),
             dg.AssetCheckKey(raw, f"{table.name}_contract"),
             case.partitions.definition(),
         )
@@ -314,7 +314,7 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
     stage = _Stage.of(case, table)
     name, contract = table.name, table.contract
     references = _references(case, contract)
-    dimensions = [case.key(table) for table in references]
+    dimensions = [asset_key(case, table) for table in references]
 
     def spec(key: dg.AssetKey, group: str, kinds: set[str], description: str, *deps):
         return dg.AssetSpec(
@@ -595,7 +595,7 @@ class _Revision:
         last = _published(lake, stage.validated, key)
         others = {}
         for other in case.same_events(stage.table):
-            table = _published(lake, case.key(f"validated_{other}"), key)
+            table = _published(lake, asset_key(case, f"validated_{other}"), key)
             if table is not None:
                 others[other] = table.rows
         return cls(stage, day, last and published_version(last), others)

@@ -35,6 +35,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from assets import asset_key
 from benchmarks.harness import REPEATS, measure
 
 DAY = "2013-01-02"
@@ -181,9 +182,10 @@ def run(drops: Path) -> dict:
             materialize(("feature_registry",), None)
             online_seconds = materialize(("online_features",), DAY)
             online_peak = _peak_rss_mib()
-            published_file = lake.path_for(FLIGHTS_CASE.key("validated_flights"), DAY)
+            published_file = lake.path_for(asset_key(FLIGHTS_CASE, "validated_flights"), DAY)
             checks = instance.event_log_storage.get_asset_check_execution_history(
-                dg.AssetCheckKey(FLIGHTS_CASE.key("raw_flights"), "flights_contract"), limit=1
+                dg.AssetCheckKey(asset_key(FLIGHTS_CASE, "raw_flights"), "flights_contract"),
+                limit=1,
             )
             assert checks and checks[0].status.value == "SUCCEEDED", "the day did not validate"
             return {

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ML_LIFECYCLE_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster_home")
 
+    from assets import asset_key
     from pipelines import run
 
     began = time.perf_counter()
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             result = run.run_assets(job("score_day"), instance, day, partition=day)
             scored[day] = {
-                asset: _plain(result.assets.get(case.key(asset).to_user_string()) or {})
+                asset: _plain(result.assets.get(asset_key(case, asset).to_user_string()) or {})
                 for asset in ("batch_predictions", "feature_drift", "realized_performance")
             } | {"success": result.success, "problem": result.problem}
             print(f"{day}: {_day_line(scored[day])}", flush=True)
@@ -100,6 +101,7 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
     """Per month: the drift and realized-performance figures of its scored days."""
     import pandas as pd
 
+    from assets import asset_key
     from assets.monitoring import predicted_outcomes
     from ml.realized import DecayPolicy
     from resources.lake import LakeFiles, ParquetLake
@@ -120,7 +122,11 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
             for d in its_days
             if (
                 frame := predicted_outcomes(
-                    lake, lake_files, case.key("batch_predictions"), case, dt.date.fromisoformat(d)
+                    lake,
+                    lake_files,
+                    asset_key(case, "batch_predictions"),
+                    case,
+                    dt.date.fromisoformat(d),
                 )
             )
             is not None

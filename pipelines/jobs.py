@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import dagster as dg
 
+from assets import asset_key
 from assets.deployment import rollback_op
 from assets.usecase import UseCase
 
@@ -69,7 +70,7 @@ def find_job(jobs: Sequence[Job], case: UseCase, base: str) -> Job:
 
 
 def _assets(case: UseCase, *names: str) -> dg.AssetSelection:
-    return dg.AssetSelection.assets(*(case.key(name) for name in names))
+    return dg.AssetSelection.assets(*(asset_key(case, name) for name in names))
 
 
 def _arrivals(tables: Sequence[str]) -> list[str]:
@@ -96,7 +97,7 @@ def build_jobs(case: UseCase) -> list[Job]:
     features = [spec.name for spec in case.feature_tables]
     rollback = rollback_op(case)
     dimensions = [dimension.name for dimension in case.dimensions]
-    training_set_op = case.key("training_set").to_python_identifier()
+    training_set_op = asset_key(case, "training_set").to_python_identifier()
 
     @dg.job(
         name=definition_name(case, "rollback_champion_job"),

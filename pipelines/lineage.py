@@ -370,6 +370,8 @@ def model_lineage(
 ) -> Lineage:
     """The lineage of `case`'s registered model (or the model `name`) version `version` (the
     champion when None), walked through the asset graph of `defs` in `instance`'s event log."""
+    from assets import asset_key
+
     name = name or case.registered_model
     model = _model_version(registry, name, version)
     run_id = model.tags.get("dagster_run_id")
@@ -381,7 +383,7 @@ def model_lineage(
         model=_model_facts(model),
         manifest=_manifest(registry, model),
         materializations=chain,
-        assets={asset: case.key(asset).to_user_string() for asset in NAMED_ASSETS},
+        assets={asset: asset_key(case, asset).to_user_string() for asset in NAMED_ASSETS},
     )
 
 
@@ -398,7 +400,9 @@ def prediction_lineage(
     and the model version that scored it."""
     import dagster as dg
 
-    key = case.key("batch_predictions")
+    from assets import asset_key
+
+    key = asset_key(case, "batch_predictions")
     asset = key.to_user_string()
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
@@ -416,7 +420,7 @@ def prediction_lineage(
         instance, defs, registry, case, prediction.model_version, prediction.model_name
     )
     day_chain = _walk(
-        instance, defs.resolve_asset_graph(), [record], stop={case.key("registered_model")}
+        instance, defs.resolve_asset_graph(), [record], stop={asset_key(case, "registered_model")}
     )
     return dataclasses.replace(model, prediction=prediction, prediction_materializations=day_chain)
 
@@ -471,7 +475,9 @@ def _registration(
     their storage ids are not the ones the walk compares)."""
     import dagster as dg
 
-    registered = case.key("registered_model")
+    from assets import asset_key
+
+    registered = asset_key(case, "registered_model")
     if instance.get_run_by_id(run_id) is None:
         raise LineageError(
             f"{name} v{version} was registered by Dagster run {run_id}, which this instance"

@@ -31,6 +31,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets import asset_key
 from assets.usecase import Trailing, UseCase
 from pipelines.jobs import RANGE_END_TAG, RANGE_START_TAG, definition_name
 from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
@@ -364,11 +365,11 @@ class Summary:
 
     def metadata(self, run: AssetRun, asset: str) -> dict[str, object] | None:
         """The metadata of `asset` (the use case's asset of that name) that `run` materialized."""
-        return run.assets.get(self.case.key(asset).to_user_string())
+        return run.assets.get(asset_key(self.case, asset).to_user_string())
 
     def total(self, asset: str) -> int:
         """The rows of `asset` over every day."""
-        name = self.case.key(asset).to_user_string()
+        name = asset_key(self.case, asset).to_user_string()
         return sum(day.rows.get(name, 0) for day in self.days)
 
     def lines(self) -> list[str]:
@@ -386,7 +387,7 @@ class Summary:
         stopped = [day.partition for day in self.days if day.stopped]
         refused = len(self.days) - published - len(stopped)
         planned = len(self.planned) or len(self.days)
-        online = case.key("online_features").to_user_string()
+        online = asset_key(case, "online_features").to_user_string()
         if self.stop is None:
             head = (
                 f"Ran {len(self.days)} day(s) of {case.name}, a training set, training, the gates"
@@ -614,7 +615,7 @@ def where_lines(case: UseCase, home: Path) -> list[str]:
     lake = home / "lake"
 
     def folder(asset: str) -> Path:  # the lake's layout: a folder per asset key
-        return lake.joinpath(*case.key(asset).path)
+        return lake.joinpath(*asset_key(case, asset).path)
 
     def name(base: str) -> str:
         return definition_name(case, base)
@@ -805,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
                 job("build_training_set"),
                 instance,
                 training.window,
-                ops={case.key("training_set").to_python_identifier(): {"config": window}},
+                ops={asset_key(case, "training_set").to_python_identifier(): {"config": window}},
                 stops=stops,
             )
             following = (end + dt.timedelta(days=1)).isoformat()

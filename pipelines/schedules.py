@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from assets import asset_key
 from assets.usecase import Label, UseCase, partition_day
 from pipelines.jobs import Job, definition_name, find_job
 
@@ -106,7 +107,7 @@ class AutomationSettings:
 
 def latest_labelled_day(instance: dg.DagsterInstance, case: UseCase) -> dt.date | None:
     """The last day whose outcomes are published: the latest partition of the label's table."""
-    days = instance.get_materialized_partitions(case.key(case.label.table))
+    days = instance.get_materialized_partitions(asset_key(case, case.label.table))
     return max((partition_day(d) for d in days), default=None)
 
 
@@ -122,10 +123,10 @@ def retrain_request(
     `run_key`, by default the trigger and that day (one retrain per window)."""
     last = latest_labelled_day(instance, case)
     if last is None:
-        labels = case.key(case.label.table).to_user_string()
+        labels = asset_key(case, case.label.table).to_user_string()
         return dg.SkipReason(f"no day of {labels} is published yet")
     first = last - dt.timedelta(days=settings.training_days - 1)
-    training_set = case.key("training_set").to_python_identifier()
+    training_set = asset_key(case, "training_set").to_python_identifier()
     return dg.RunRequest(
         run_key=run_key or f"{trigger}:{last.isoformat()}",
         run_config={"ops": {training_set: {"config": case.window.config(first, last)}}},

@@ -55,6 +55,7 @@ import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
 
+from assets import asset_key
 from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
 from assets.usecase import UseCase, partition_day
 from pipelines.jobs import (
@@ -127,7 +128,7 @@ def build_event_sensor(
     case: UseCase, settings: AutomationSettings, retrain_job: Job, event_kind: RetrainEvent
 ) -> dg.SensorDefinition:
     """`case`'s sensor answering `event_kind`'s events with runs of `retrain_job`."""
-    asset = case.key(event_kind.asset)
+    asset = asset_key(case, event_kind.asset)
     name, kind = asset.to_user_string(), event_kind.kind
 
     @dg.sensor(
@@ -226,7 +227,7 @@ def build_prediction_sensor(
     """`case`'s sensor requesting `predict_job` (its `predict_day`) for the day after each day
     `daily_job` (its `daily_partition`) published."""
     last = case.partitions.definition().get_last_partition_key()
-    predictions = case.key("batch_predictions")
+    predictions = asset_key(case, "batch_predictions")
 
     @dg.run_status_sensor(
         name=definition_name(case, "predict_next_day"),
@@ -275,7 +276,7 @@ def next_day_request(
 def build_range_sensor(case: UseCase, daily_job: Job) -> dg.SensorDefinition:
     """`case`'s sensor finishing the runs of `daily_job` (its `daily_partition`) over a range of
     days: a backfill of what follows a day's publication, for the range's published days."""
-    after = [case.key(name) for name in day_after_arrival(case)]
+    after = [asset_key(case, name) for name in day_after_arrival(case)]
 
     @dg.sensor(
         name=definition_name(case, "finish_range"),
@@ -361,17 +362,19 @@ def finishing(
     realized performance only when the day has predictions. Their steps would skip without
     them, and a backfill counts a partition its run skipped as failed."""
     names = day_after_arrival(case)
-    champion = bool(instance.fetch_materializations(case.key("registered_model"), limit=1).records)
-    predicted = instance.get_materialized_partitions(case.key("batch_predictions"))
+    champion = bool(
+        instance.fetch_materializations(asset_key(case, "registered_model"), limit=1).records
+    )
+    predicted = instance.get_materialized_partitions(asset_key(case, "batch_predictions"))
     targets = {}
     for name in names:
         if name in SCORING and not champion:
             continue
         # Predicted the night before (not by this backfill): only the days that were.
         if name == "realized_performance" and case.predicts_ahead:
-            targets[case.key(name)] = [day for day in days if day in predicted]
+            targets[asset_key(case, name)] = [day for day in days if day in predicted]
         else:
-            targets[case.key(name)] = list(days)
+            targets[asset_key(case, name)] = list(days)
     return {key: keys for key, keys in targets.items() if keys}
 
 
@@ -389,7 +392,7 @@ def range_to_finish(
     partitions = case.partitions.definition()
     days = set(partitions.get_partition_keys_in_range(dg.PartitionKeyRange(first, last)))
     for table in case.event_tables:
-        days &= instance.get_materialized_partitions(case.key(f"validated_{table.name}"))
+        days &= instance.get_materialized_partitions(asset_key(case, f"validated_{table.name}"))
     if not days:
         return f"run {run.run_id} ({first}..{last}) published no day", []
     return None, sorted(days)

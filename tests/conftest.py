@@ -12,6 +12,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from assets import asset_key
 from assets.ingestion import dimension_assets
 from assets.validation import event_table_assets, stage_name
 from resources.expectations import GreatExpectations
@@ -71,7 +72,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def select(*assets: str) -> dg.AssetSelection:
     """The flights use case's assets of these names."""
-    return dg.AssetSelection.assets(*(CASE.key(asset) for asset in assets))
+    return dg.AssetSelection.assets(*(asset_key(CASE, asset) for asset in assets))
 
 
 def node(asset: str) -> str:
@@ -80,7 +81,7 @@ def node(asset: str) -> str:
     for table in CASE.event_tables:
         if asset in {f"{stage}_{table.name}" for stage in ("raw", "validated", "quarantined")}:
             return stage_name(CASE, table)
-    return CASE.key(asset).to_python_identifier()
+    return asset_key(CASE, asset).to_python_identifier()
 
 
 def processes_with(variable: str, value: str) -> list[psutil.Process]:
@@ -227,7 +228,7 @@ class Lifecycle:
         assert result.success
 
     def path(self, asset: str, partition: str | None = GOOD_DAY) -> Path:
-        return self.lake.path_for(CASE.key(asset), partition)
+        return self.lake.path_for(asset_key(CASE, asset), partition)
 
     def read(self, asset: str, partition: str | None = GOOD_DAY) -> pd.DataFrame:
         return pd.read_parquet(self.path(asset, partition))

@@ -21,6 +21,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
@@ -97,7 +98,7 @@ class World:
             job,
             partition_key=partition,
             run_config={**QUIET, "ops": op_config(ops or {})},
-            asset_selection=[CASE.key(a) for a in assets] if assets else None,
+            asset_selection=[asset_key(CASE, a) for a in assets] if assets else None,
         )
 
     def run_days(self, job: str, days: list[str]) -> dg.ExecuteInProcessResult:

@@ -30,6 +30,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from assets import asset_key
 from ml import checkpoint
 from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.definitions import definitions, local_resources
@@ -147,7 +148,7 @@ class Mini:
 
     def materialization(self, asset: str) -> tuple[str, str | None, dict[str, object]]:
         """(run id, partition, metadata) of the asset's latest materialization."""
-        event = self.instance.get_latest_materialization_event(CASE.key(asset))
+        event = self.instance.get_latest_materialization_event(asset_key(CASE, asset))
         assert event is not None and event.asset_materialization is not None
         materialization = event.asset_materialization
         metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}

@@ -33,6 +33,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from assets import asset_key
 from ml.train import HOLD_AFTER_CHECKPOINT
 from tests.conftest import CASE, lake_file, node, processes_with
 from tests.world import LENIENT, QUIET, REPO, make_drops
@@ -145,7 +146,7 @@ class Home:
         assert done.returncode == 0, done.stderr[-3000:]
 
     def materialization(self, asset: str) -> tuple[str, dict[str, object]]:
-        event = self.instance.get_latest_materialization_event(CASE.key(asset))
+        event = self.instance.get_latest_materialization_event(asset_key(CASE, asset))
         assert event is not None and event.asset_materialization is not None
         metadata = event.asset_materialization.metadata
         return event.run_id, {k: getattr(v, "value", v) for k, v in metadata.items()}

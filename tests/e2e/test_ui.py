@@ -37,6 +37,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from assets import asset_key
 from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.run import UI, stage_link
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
@@ -381,7 +382,9 @@ def test_a_ranged_launchpad_run_of_the_daily_job_is_finished_for_every_day(
     assert {"online_features", "flight_features", "feature_drift"} <= set(done)
     # Nobody predicted these days: their realized performance is not even asked for.
     assert "realized_performance" not in done
-    online = world.instance.fetch_materializations(CASE.key("online_features"), limit=10).records
+    online = world.instance.fetch_materializations(
+        asset_key(CASE, "online_features"), limit=10
+    ).records
     written = {r.partition_key: r.asset_materialization.metadata for r in online}
     assert set(RANGE_DAYS) <= set(written)
     # One Feast materialization for the range, from its first day's start.
@@ -450,7 +453,7 @@ def launch_from_materialize_dialog(
     page.get_by_role("button", name=re.compile("Materialize")).click()
     dialog = page.get_by_role("dialog")
     # The UI writes an asset key's parts joined by " / " (displayNameForAssetKey).
-    shown = " / ".join(CASE.key("raw_flights").path)
+    shown = " / ".join(asset_key(CASE, "raw_flights").path)
     dialog.get_by_text(f"Launch runs to materialize {shown}").wait_for()
     selection = dialog.get_by_placeholder("ex:", exact=False).first
     selection.fill(partitions)
@@ -569,7 +572,7 @@ def test_a_person_follows_a_training_from_dagster_to_mlflow_and_back_and_watches
     back = page.locator(f'a[href^="{LOCAL_DAGSTER_UI}/runs/"]').first
     back.wait_for()
     dagster_run = (back.get_attribute("href") or "").rsplit("/", 1)[1]
-    trained = world.instance.get_latest_materialization_event(CASE.key("trained_model"))
+    trained = world.instance.get_latest_materialization_event(asset_key(CASE, "trained_model"))
     assert trained is not None and dagster_run == trained.run_id
     page.goto(f"{server.url}/runs/{dagster_run}")
     page.get_by_text("trained_model", exact=False).first.wait_for()

@@ -5,6 +5,7 @@ import hashlib
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from resources.lake import stored_hash
 from tests.conftest import CASE, GOOD_DAY, Lifecycle, bundled_day, write_csv_drop
 
@@ -36,12 +37,12 @@ def test_a_good_day_is_published_whole_with_data_versions_from_content(lifecycle
     assert len(lifecycle.read("validated_weather")) == 72
 
     version = lifecycle.instance.get_latest_materialization_event(
-        CASE.key("validated_flights")
+        asset_key(CASE, "validated_flights")
     ).asset_materialization.tags["dagster/data_version"]
     assert version == stored_hash(lifecycle.path("validated_flights"))
     # Lineage of the raw partition: the file read and the sha256 of its bytes.
     drop = drops / "flights" / f"{GOOD_DAY}.csv"
-    raw = lifecycle.instance.get_latest_materialization_event(CASE.key("raw_flights"))
+    raw = lifecycle.instance.get_latest_materialization_event(asset_key(CASE, "raw_flights"))
     metadata = raw.asset_materialization.metadata
     assert metadata["source"].value == drop.resolve().as_uri()
     assert metadata["source_sha256"].value == hashlib.sha256(drop.read_bytes()).hexdigest()

@@ -14,6 +14,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from assets.features import feature_assets
 from assets.usecase import (
     DailyPartitions,
@@ -161,7 +162,9 @@ def test_the_training_set_refuses_rows_whose_key_repeats_within_the_ttl(
     result = dg.materialize(
         [training_set],
         resources={"feature_store": store, "lake": ParquetLake(root=str(tmp_path / "lake"))},
-        run_config={"ops": {CASE.key("training_set").to_python_identifier(): {"config": config}}},
+        run_config={
+            "ops": {asset_key(CASE, "training_set").to_python_identifier(): {"config": config}}
+        },
         raise_on_error=False,
     )
     assert not result.success

@@ -11,6 +11,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from ml.dataset import fingerprint
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
@@ -64,7 +65,7 @@ class World:
     def metadata(self, day: str, asset: str) -> dict:
         for event in self.results[day].get_asset_materialization_events():
             materialization = event.step_materialization_data.materialization
-            if materialization.asset_key == CASE.key(asset):
+            if materialization.asset_key == asset_key(CASE, asset):
                 return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
         raise KeyError(asset)
 
@@ -258,7 +259,8 @@ def test_rerunning_an_old_day_never_overwrites_newer_online_values(world: World)
     online = next(
         e.step_materialization_data.materialization
         for e in rerun.get_asset_materialization_events()
-        if e.step_materialization_data.materialization.asset_key == CASE.key("online_features")
+        if e.step_materialization_data.materialization.asset_key
+        == asset_key(CASE, "online_features")
     )
     assert online.metadata["end"].value == "2013-01-06T05:00:00+00:00"  # extended to the watermark
     after = world.store.online_features(entities[keys], SERVICE)
@@ -306,7 +308,7 @@ def test_a_future_end_is_refused_before_anything_is_written(world: World):
 def _versions(world: World, asset: str) -> dict[str, list[str]]:
     """The data version of each materialization of `asset`, by day, oldest first."""
     records = world.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CASE.key(asset)), limit=1000, ascending=True
+        dg.AssetRecordsFilter(asset_key=asset_key(CASE, asset)), limit=1000, ascending=True
     ).records
     versions: dict[str, list[str]] = {}
     for record in records:

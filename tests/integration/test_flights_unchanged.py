@@ -14,6 +14,7 @@ then this test says so first."""
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from tests.conftest import CASE, node
 from tests.world import World
 
@@ -60,7 +61,7 @@ schedule became an input of its own, gave the same hash."""
 def first_data_version(world: World, asset: str, partition: str | None) -> str | None:
     records = world.instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=CASE.key(asset),
+            asset_key=asset_key(CASE, asset),
             asset_partitions=[partition] if partition is not None else None,
         ),
         limit=1,
@@ -100,7 +101,7 @@ def test_the_training_set_and_weights_are_those_recorded(world: World):
         0
     ].metadata
     built = world.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CASE.key("training_set")), limit=1, ascending=True
+        dg.AssetRecordsFilter(asset_key=asset_key(CASE, "training_set")), limit=1, ascending=True
     ).records[0]
     fingerprint = built.asset_materialization.metadata["dataset_fingerprint"].value  # type: ignore[union-attr]
     assert fingerprint == TRAINING_SET_FINGERPRINT

@@ -11,6 +11,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from assets import asset_key
 from pipelines.lineage import (
     Lineage,
     LineageError,
@@ -29,7 +30,7 @@ SCORED_DAY = "2013-02-07"
 
 def asset_name(asset: str) -> str:
     """How the lineage names the flights use case's asset `asset`."""
-    return CASE.key(asset).to_user_string()
+    return asset_key(CASE, asset).to_user_string()
 
 
 def champion_lineage(world: World) -> Lineage:
@@ -91,7 +92,7 @@ def test_the_champion_is_traced_to_the_raw_partitions_of_its_training_window(wor
     # The registration is named by its storage id in the asset's records (the walk's numbering).
     (registered,) = lineage.find(asset_name("registered_model"))
     records = world.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CASE.key("registered_model")), limit=100
+        dg.AssetRecordsFilter(asset_key=asset_key(CASE, "registered_model")), limit=100
     ).records
     assert (registered.storage_id, registered.run_id) in {(r.storage_id, r.run_id) for r in records}
 

@@ -15,6 +15,7 @@ import json
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from assets.monitoring import DRIFT_CHECK, REALIZED_CHECK
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings
@@ -160,7 +161,7 @@ def test_a_new_drift_event_inside_the_cooldown_waits(world: World, sensor: dg.Se
     metadata, _ = drift_of(world, "2013-07-09")
     assert metadata["drift_event"] is True
     records = world.instance.fetch_materializations(
-        CASE.key("feature_drift"), limit=10, ascending=False
+        asset_key(CASE, "feature_drift"), limit=10, ascending=False
     ).records
     cursor = str(records[1].storage_id)  # everything before this last materialization is read
     result, _ = evaluate(world, sensor, cursor)

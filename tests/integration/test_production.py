@@ -10,6 +10,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from resources.feature_store import FeastFeatureStore
 from tests.conftest import CASE, lake_file
 from tests.production import ProductionWorld, query, redis_client
@@ -39,7 +40,7 @@ ENTITY_KEYS = ["flight_id", "origin", "dest", "carrier", "tailnum"]
 def data_version(instance: dg.DagsterInstance, asset: str, partition: str | None) -> str:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=CASE.key(asset),
+            asset_key=asset_key(CASE, asset),
             asset_partitions=[partition] if partition else None,
         ),
         limit=1,
@@ -54,7 +55,7 @@ def training_metadata(world: World) -> dict:
     assert world.first_training is not None and world.first_training.success
     for event in world.first_training.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
-        if materialization.asset_key == CASE.key("trained_model"):
+        if materialization.asset_key == asset_key(CASE, "trained_model"):
             return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
     raise AssertionError("trained_model was not materialized")
 
@@ -99,7 +100,9 @@ def test_each_service_holds_its_part(production: ProductionWorld):
     assert runs and all(run.is_success for run in runs)
     assert query(names["dagster"], "SELECT count(*) FROM runs")[0][0] == len(runs)
     views = {row[0] for row in query(names["feast"], "SELECT feature_view_name FROM feature_views")}
-    applied = production.instance.fetch_materializations(CASE.key("feature_registry"), limit=1)
+    applied = production.instance.fetch_materializations(
+        asset_key(CASE, "feature_registry"), limit=1
+    )
     event = applied.records[0].asset_materialization
     assert event is not None
     assert views == set(str(event.metadata["feature_views"].value).split(", "))

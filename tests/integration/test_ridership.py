@@ -17,6 +17,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
@@ -54,7 +55,7 @@ class Lifecycle:
     """The flights' state before any ridership run (`flights_state`)."""
 
     def run(self, case, job: str, partition: str | None = None, ops: dict | None = None):
-        config = {case.key(op).to_python_identifier(): c for op, c in (ops or {}).items()}
+        config = {asset_key(case, op).to_python_identifier(): c for op, c in (ops or {}).items()}
         result = self.defs.resolve_job_def(case.name_for(job)).execute_in_process(
             instance=self.instance,
             partition_key=partition,
@@ -67,7 +68,7 @@ class Lifecycle:
     def metadata(self, result: dg.ExecuteInProcessResult, case, asset: str) -> dict:
         for event in result.get_asset_materialization_events():
             materialization = event.step_materialization_data.materialization
-            if materialization.asset_key == case.key(asset):
+            if materialization.asset_key == asset_key(case, asset):
                 return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
         raise KeyError(asset)
 
@@ -82,7 +83,7 @@ def flights_state(lifecycle: Lifecycle) -> dict[str, object]:
         if p.is_file()
     }
     records = lifecycle.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=FLIGHTS.key("validated_flights")), limit=100
+        dg.AssetRecordsFilter(asset_key=asset_key(FLIGHTS, "validated_flights")), limit=100
     ).records
     import sqlite3
 

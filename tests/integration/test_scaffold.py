@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from assets.ingestion import source_key
 from assets.usecase import UseCase
 from pipelines import scaffold
@@ -130,7 +131,9 @@ class Project:
     runs: dict[str, dg.ExecuteInProcessResult]
 
     def run(self, job: str, partition: str | None = None, ops: dict | None = None):
-        config = {self.case.key(op).to_python_identifier(): c for op, c in (ops or {}).items()}
+        config = {
+            asset_key(self.case, op).to_python_identifier(): c for op, c in (ops or {}).items()
+        }
         result = self.defs.resolve_job_def(self.case.name_for(job)).execute_in_process(
             instance=self.instance,
             partition_key=partition,
@@ -149,7 +152,7 @@ class Project:
 def metadata(result: dg.ExecuteInProcessResult, case: UseCase, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
-        if materialization.asset_key == case.key(asset):
+        if materialization.asset_key == asset_key(case, asset):
             return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
     raise KeyError(asset)
 

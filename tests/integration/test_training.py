@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+from assets import asset_key
 from ml import checkpoint
 from ml.dataset import fingerprint
 from resources.registry import ML_VIEW, MlflowRegistry
@@ -204,7 +205,7 @@ def materialize_trained_model(
     (lake / case.name / "training_set").mkdir(parents=True, exist_ok=True)
     shutil.copy(data, lake / case.name / "training_set" / "data.parquet")
     return dg.materialize(
-        [dg.AssetSpec(case.key("training_set")), *training_assets(case)],
+        [dg.AssetSpec(asset_key(case, "training_set")), *training_assets(case)],
         resources={
             "lake": ParquetLake(root=str(lake)),
             "lake_paths": LakePaths(root=str(lake)),
@@ -212,7 +213,9 @@ def materialize_trained_model(
             "launcher": LocalTorchrun(output_root=str(home / "models"), **launcher),
             "mlflow": registry or local_registry(home),
         },
-        run_config={"ops": {case.key("trained_model").to_python_identifier(): {"config": train}}},
+        run_config={
+            "ops": {asset_key(case, "trained_model").to_python_identifier(): {"config": train}}
+        },
         raise_on_error=False,
     )
 

@@ -1,9 +1,11 @@
+import functools
 import json
 import subprocess
 import sys
 
 import pytest
 
+from assets import asset_key
 from assets.usecase import UseCase
 from tests.conftest import LIFECYCLE_GROUPS
 from usecases.flights import USE_CASE as FLIGHTS
@@ -104,7 +106,7 @@ def declared_assets(case: UseCase) -> set[str]:
 def declared_checks(case: UseCase) -> set[tuple[str, str]]:
     """A use case's asset checks: a contract per event table, the gate's rules of its task, the
     ONNX parity, drift and realized performance."""
-    key = case.key
+    key = functools.partial(asset_key, case)
     return {
         *((key(f"raw_{t.name}").to_user_string(), f"{t.name}_contract") for t in case.event_tables),
         *((key("model_evaluation").to_user_string(), r) for r in GATE_RULES[case.label.task]),
@@ -125,7 +127,7 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     for case in USE_CASES:
         if case.name in BUNDLED_TABLES:
             assert declared_assets(case) == BUNDLED_TABLES[case.name] | LIFECYCLE_ASSETS
-    key = FLIGHTS.key
+    key = functools.partial(asset_key, FLIGHTS)
     assert graph.get(key("onnx_model")).parent_keys == {
         key("model_evaluation"),
         key("training_set"),
@@ -155,9 +157,12 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
     # Drift measures a window that ends with the day's rows: in the day's run it comes after
     # them (and in a run of a range, where the feature tables are skipped, it is skipped too).
     graph = defs.resolve_asset_graph()
-    assert FLIGHTS.key("online_features") in graph.get(FLIGHTS.key("feature_drift")).parent_keys
-    tables = {FLIGHTS.key(spec.name) for spec in FLIGHTS.feature_tables}
-    assert tables <= graph.get(FLIGHTS.key("online_features")).parent_keys
+    assert (
+        asset_key(FLIGHTS, "online_features")
+        in graph.get(asset_key(FLIGHTS, "feature_drift")).parent_keys
+    )
+    tables = {asset_key(FLIGHTS, spec.name) for spec in FLIGHTS.feature_tables}
+    assert tables <= graph.get(asset_key(FLIGHTS, "online_features")).parent_keys
     # The day's predictions were made the night before, by its own run.
     assert not nightly & {
         "flights/feature_registry",
@@ -219,7 +224,7 @@ def test_steps_that_talk_to_other_systems_retry_and_runs_carry_their_limits():
     from pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
-    key = FLIGHTS.key
+    key = functools.partial(asset_key, FLIGHTS)
     external = ["raw_flights", "feature_registry", "online_features", "training_set"]
     external += ["registered_model", "batch_predictions", "feature_drift", "trained_model"]
     external += ["realized_performance"]
@@ -244,8 +249,8 @@ def test_the_trailing_history_reads_the_28_days_before_its_partition():
     from pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
-    history = graph.get(FLIGHTS.key("carrier_history"))
-    mapping = history.assets_def.get_partition_mapping(FLIGHTS.key("validated_flights"))
+    history = graph.get(asset_key(FLIGHTS, "carrier_history"))
+    mapping = history.assets_def.get_partition_mapping(asset_key(FLIGHTS, "validated_flights"))
     subset = mapping.get_upstream_mapped_partitions_result_for_partitions(
         history.partitions_def.subset_with_partition_keys(["2013-02-10"]),
         history.partitions_def,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from assets import asset_key
 from assets.usecase import TrainingWindow
 from ml.dataset import TimeSplit
 from pipelines.run import (
@@ -97,7 +98,7 @@ def test_make_runs_training_window_always_splits_into_three_nonempty_parts(days)
 
 def summary(case, evaluation: dict[str, object]) -> str:
     def key(name: str) -> str:
-        return case.key(name).to_user_string()
+        return asset_key(case, name).to_user_string()
 
     day = DayOutcome(
         "2024-03-01",
@@ -230,20 +231,20 @@ def no_placeholder(text: str) -> None:
 def test_a_gate_rejection_without_a_champion_says_why_nothing_was_scored():
     day = "2024-03-31"
     model = AssetRun(False, "")
-    model.assets[TINY.key("model_evaluation").to_user_string()] = {
+    model.assets[asset_key(TINY, "model_evaluation").to_user_string()] = {
         "test_rows": 40, "test_roc_auc": 0.648, "decision": "reject",
         "reasons": "roc_auc 0.648 < 0.650", "champion": "none yet",
     }  # fmt: skip
     model.problem = "the gate rejected the candidate"
     realized = AssetRun(True, day)
-    realized.assets[TINY.key("realized_performance").to_user_string()] = {
+    realized.assets[asset_key(TINY, "realized_performance").to_user_string()] = {
         "metric": "roc_auc", "day_rows": 3, "day_roc_auc": 0.0, "min_rows": 50,
         "window": "[2024-03-25, 2024-04-01)", "window_rows": 60, "window_roc_auc": None,
         "window_roc_auc_interval": [None, None], "tested": 0.7, "verdict": "not_judged",
         "reason": "one class only",
     }  # fmt: skip
     training = AssetRun(True, "[2024-03-22, 2024-04-01)")
-    training.assets[TINY.key("training_set").to_user_string()] = {
+    training.assets[asset_key(TINY, "training_set").to_user_string()] = {
         "rows_train": 7, "rows_validation": 2, "rows_test": 3, "positive_rate_train": 0.25,
         "positive_rate_validation": 0.5, "positive_rate_test": 0.3, "features": 4,
         "feature_service": "tiny_v1", "unlabelled_rows_left_out": 0,

@@ -7,6 +7,7 @@ import zoneinfo
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from pipelines.jobs import build_jobs, definition_name
 from pipelines.schedules import (
     TRIGGER_TAG,
@@ -104,14 +105,16 @@ def test_the_nightly_run_may_not_start_before_the_days_outcomes_are_known():
 def publish_labels(instance: dg.DagsterInstance, days: list[str]) -> None:
     for day in days:
         instance.report_runless_asset_event(
-            dg.AssetMaterialization(asset_key=TINY.key("trip_outcomes"), partition=day)
+            dg.AssetMaterialization(asset_key=asset_key(TINY, "trip_outcomes"), partition=day)
         )
 
 
 def test_the_labelled_days_are_those_of_the_labels_table():
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(  # another table's day says nothing of the labels
-            dg.AssetMaterialization(asset_key=TINY.key("trip_features"), partition="2024-03-01")
+            dg.AssetMaterialization(
+                asset_key=asset_key(TINY, "trip_features"), partition="2024-03-01"
+            )
         )
         assert latest_labelled_day(instance, TINY) is None
         publish_labels(instance, ["2024-02-27", "2024-02-28"])

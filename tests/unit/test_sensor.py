@@ -6,6 +6,7 @@ import dataclasses
 import dagster as dg
 import pytest
 
+from assets import asset_key
 from pipelines.jobs import SCORING, build_jobs, day_after_arrival, definition_name, find_job
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings
 from pipelines.sensors import (
@@ -40,7 +41,7 @@ def record(
     """A runless materialization of `kind`'s asset, an event or not, judging champion v3."""
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
-            asset_key=TINY.key(kind.asset),
+            asset_key=asset_key(TINY, kind.asset),
             partition=day,
             metadata={kind.flag: event, "champion_version": "3", "champion_data_through": through},
         )
@@ -53,7 +54,7 @@ def record_drift(instance: dg.DagsterInstance, day: str, event: bool, through: s
 
 def publish_labels(instance: dg.DagsterInstance, day: str) -> None:
     instance.report_runless_asset_event(
-        dg.AssetMaterialization(asset_key=TINY.key("trip_outcomes"), partition=day)
+        dg.AssetMaterialization(asset_key=asset_key(TINY, "trip_outcomes"), partition=day)
     )
 
 
@@ -167,7 +168,7 @@ def test_a_published_day_requests_the_next_days_prediction_once():
     settings = AutomationSettings.from_env(FLIGHTS, {})
     sensor = build_prediction_sensor(FLIGHTS, settings, daily, predict)
     assert sensor.name == "flights_predict_next_day" and sensor.job_name == predict.name
-    predictions = FLIGHTS.key("batch_predictions")
+    predictions = asset_key(FLIGHTS, "batch_predictions")
 
     def after(tags: dict[str, str]) -> dg.RunRequest | dg.SkipReason:
         run = dg.DagsterRun(job_name=daily.name, run_id="a-daily-run", tags=tags)
@@ -235,7 +236,9 @@ def test_a_ranged_daily_run_that_ended_gets_one_backfill_of_its_published_days()
         for table in TINY.event_tables:
             for day in (days[0], days[-1]):
                 instance.report_runless_asset_event(
-                    dg.AssetMaterialization(TINY.key(f"validated_{table.name}"), partition=day)
+                    dg.AssetMaterialization(
+                        asset_key(TINY, f"validated_{table.name}"), partition=day
+                    )
                 )
         whole = {RANGE_START: days[0], RANGE_END: days[-1]}
         ended("a-range", whole, dg.DagsterEventType.RUN_FAILURE)  # it refused the middle day
@@ -253,7 +256,9 @@ def test_a_ranged_daily_run_that_ended_gets_one_backfill_of_its_published_days()
         subset = request.asset_graph_subset
         assert subset is not None
         # No champion yet: nothing to measure, only the features and the online store.
-        unmeasured = {TINY.key(name) for name in day_after_arrival(TINY) if name not in SCORING}
+        unmeasured = {
+            asset_key(TINY, name) for name in day_after_arrival(TINY) if name not in SCORING
+        }
         assert subset.asset_keys == unmeasured
         for key in subset.asset_keys:
             assert list(subset.get_partitions_subset(key).get_partition_keys()) == [
@@ -271,11 +276,13 @@ def test_a_range_is_measured_where_there_is_something_to_measure():
     assert measuring, "the daily job measures its days"
     with dg.instance_for_test() as instance:
         before = finishing(instance, TINY, days)
-        assert not {TINY.key(name) for name in measuring} & set(before)
+        assert not {asset_key(TINY, name) for name in measuring} & set(before)
         assert before and all(keys == days for keys in before.values())
-        instance.report_runless_asset_event(dg.AssetMaterialization(TINY.key("registered_model")))
         instance.report_runless_asset_event(
-            dg.AssetMaterialization(TINY.key("batch_predictions"), partition=days[1])
+            dg.AssetMaterialization(asset_key(TINY, "registered_model"))
+        )
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key(TINY, "batch_predictions"), partition=days[1])
         )
         after = finishing(instance, TINY, days)
         for name in measuring:
@@ -283,7 +290,7 @@ def test_a_range_is_measured_where_there_is_something_to_measure():
             predicted_ahead = (
                 name == "realized_performance" and "batch_predictions" not in measuring
             )
-            assert after[TINY.key(name)] == (days[1:] if predicted_ahead else days), name
+            assert after[asset_key(TINY, name)] == (days[1:] if predicted_ahead else days), name
 
 
 def test_why_a_run_has_no_range_to_finish():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from assets import asset_key
 from assets.features import table_arguments, table_inputs
 from assets.usecase import (
     Day,
@@ -46,7 +47,7 @@ def test_each_declared_use_case_has_a_feast_module_of_its_views_and_tables(case)
 
 def test_the_bundled_declarations_are_valid_and_apart():
     assert FLIGHTS.label.task == "binary" and RIDERSHIP.label.task == "regression"
-    assert FLIGHTS.key("raw_flights").path == ["flights", "raw_flights"]
+    assert asset_key(FLIGHTS, "raw_flights").path == ["flights", "raw_flights"]
     assert FLIGHTS.group("training") == "flights_training"
     assert FLIGHTS.name_for("retrain") == "flights_retrain"
     assert FLIGHTS.partitions.timezone == "America/New_York"

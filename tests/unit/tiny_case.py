@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets import asset_key
 from assets.usecase import (
     DailyPartitions,
     Day,
@@ -85,7 +86,7 @@ def stub_definitions(**definitions) -> dg.Definitions:
     """TINY's assets, each a stub, with the jobs, schedules and sensors given."""
 
     def stub(name: str, partitions: dg.PartitionsDefinition | None) -> dg.AssetsDefinition:
-        @dg.asset(key=TINY.key(name), partitions_def=partitions)
+        @dg.asset(key=asset_key(TINY, name), partitions_def=partitions)
         def _stub() -> None:
             return None
 
