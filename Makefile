@@ -30,7 +30,7 @@ help:
 # it, and every process would compile its imports again (half of `python -m ml.train`). uv compiles
 # what it installs; the project's own packages (an editable install: outside site-packages) are
 # compiled by compileall. A .pyc whose source has changed since is not used.
-PACKAGES := ml assets pipelines resources usecases benchmarks feature_repo
+PACKAGES := declare ml assets pipelines resources usecases benchmarks feature_repo
 $(ENV_STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"

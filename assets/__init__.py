@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 if TYPE_CHECKING:
-    from assets.usecase import UseCase
+    from declare import UseCase
 
 gc.freeze()
 
@@ -34,6 +34,14 @@ raise `dg.Failure(allow_retries=False)`, which a retry policy does not repeat.""
 def asset_key(case: "UseCase", asset: str) -> dg.AssetKey:
     """A use case's asset key: the asset under the use case's name (`<case>/trained_model`)."""
     return dg.AssetKey([case.name, asset])
+
+
+def daily_partitions(case: "UseCase") -> dg.DailyPartitionsDefinition:
+    """A use case's daily partitions (`declare.DailyPartitions`) as Dagster's definition."""
+    days = case.partitions
+    return dg.DailyPartitionsDefinition(
+        start_date=days.start, end_date=days.end, timezone=days.timezone, fmt="%Y-%m-%d"
+    )
 
 
 def with_inputs(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Callable[..., Any]:

@@ -20,7 +20,7 @@ from assets.evaluation import GATE_REPORT, ModelEvaluation
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.pods import SMALL
 from assets.training import TrainedRun
-from assets.usecase import UseCase
+from declare import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
 from resources.registry import DAGSTER_RUN_TAG, MlflowRegistry, OnnxFlavour, RegistryError

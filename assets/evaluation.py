@@ -19,7 +19,7 @@ from pydantic import Field
 from assets import EXTERNAL_RETRY, asset_key, figure
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun
-from assets.usecase import UseCase
+from declare import UseCase
 from ml.files import atomic_write
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import create_model
 
-from assets import EXTERNAL_RETRY, asset_key
+from assets import EXTERNAL_RETRY, asset_key, daily_partitions
 from assets.pods import FEATURES as FEATURES_POD
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_POINTER_TAG, INPUT_VERSION_TAG
-from assets.usecase import Day, FeatureTableSpec, Lookup, Trailing, UseCase, partition_day
+from declare import Day, FeatureTableSpec, Lookup, Trailing, UseCase, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
 from resources.lake import Chunks, LakePartitions, ParquetLake, stored_hash
 
@@ -147,7 +147,7 @@ def _feature_table(case: UseCase, spec: FeatureTableSpec) -> dg.AssetsDefinition
         key=key,
         description=spec.description,
         ins=table_inputs(case, spec),
-        partitions_def=case.partitions.definition(),
+        partitions_def=daily_partitions(case),
         backfill_policy=FEATURES_BACKFILL,
         code_version=CODE_VERSION,
         group_name=case.group(FEATURES),
@@ -365,7 +365,7 @@ def _tables(case: UseCase) -> list[dg.AssetKey]:
 
 
 def _online_features(case: UseCase) -> dg.AssetsDefinition:
-    partitions_def = case.partitions.definition()
+    partitions_def = daily_partitions(case)
 
     @dg.asset(
         key=asset_key(case, "online_features"),
@@ -468,7 +468,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
     ):
         """Labelled entity rows joined point-in-time through the FeatureService, split by
         date."""
-        from ml.dataset import LabelSpec, assemble, labelled_rows, repeated_keys
+        from ml.dataset import LabelSpec, as_predicted, assemble, labelled_rows, repeated_keys
 
         feature_store = feature_store.for_use_case(case.name)
 
@@ -478,7 +478,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         outcomes = feature_store.view_rows(
             spec.view, split.instant(split.start), split.instant(split.end)
         )
-        entities = case.prediction.entity_rows(outcomes, case.timezone)
+        entities = as_predicted(outcomes, case.prediction.at, case.timezone)
         # Rows the label view's key cannot tell apart would be joined to another event's rows.
         keys, tolerance = feature_store.join_tolerance(spec.view)
         if (repeated := repeated_keys(entities, spec.view, keys, tolerance)) is not None:

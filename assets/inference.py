@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key
+from assets import EXTERNAL_RETRY, asset_key, daily_partitions
 from assets.pods import EVALUATION as EVALUATION_POD
-from assets.usecase import UseCase
+from declare import UseCase
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, ParquetLake
 from resources.serving import ModelServing
@@ -43,7 +43,7 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=asset_key(case, "batch_predictions"),
-        partitions_def=case.partitions.definition(),
+        partitions_def=daily_partitions(case),
         deps=[asset_key(case, "registered_model"), *_feature_deps(case)],
         group_name=case.group(INFERENCE),
         kinds={"onnx", "parquet", "feast"},
@@ -63,6 +63,7 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
     ):
         """The champion's prediction for each entity row of the day (the entities table's rows,
         or the label view's), with its version."""
+        from ml.dataset import as_predicted
         from ml.predict import score_to_parquet
 
         served = serving.champion(model_name)
@@ -80,7 +81,7 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
         rows = _entity_rows(context, case, feature_store, lake_files, keys)
         # Predicted at the day's start, from what was known then (as the model was trained).
         entities = (
-            case.prediction.entity_rows(rows[keys], case.timezone)
+            as_predicted(rows[keys], case.prediction.at, case.timezone)
             .sort_values(keys)
             .reset_index(drop=True)
         )

@@ -8,7 +8,7 @@ import dagster as dg
 
 from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import SMALL
-from assets.usecase import Dimension, UseCase, partition_day
+from declare import Dimension, UseCase, partition_day
 from resources.expectations import TableContract
 from resources.sources import RawChunks, RawSource, RawTable, SourceError
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key, figure
+from assets import EXTERNAL_RETRY, asset_key, daily_partitions, figure
 from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
-from assets.usecase import UseCase
+from declare import UseCase
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, ParquetLake, write_text_atomically
 from resources.serving import DATA_THROUGH_TAG, ModelServing
@@ -114,7 +114,7 @@ def _monitor(
         ],
         check_specs=[check],
         can_subset=True,
-        partitions_def=case.partitions.definition(),
+        partitions_def=daily_partitions(case),
         retry_policy=EXTERNAL_RETRY,
         op_tags=EVALUATION_POD,
     )
@@ -154,6 +154,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
     ):
         import pandas as pd
 
+        from ml.dataset import as_predicted
         from ml.drift import SCORE, DriftThresholds, compare
         from ml.plots import drift_bars
 
@@ -173,7 +174,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         keys = [*feature_store.join_keys(service), "event_timestamp"]
         # Predicted at the day's start, from what was known then (as the model was trained).
         entities = (
-            case.prediction.entity_rows(rows[keys], case.timezone)
+            as_predicted(rows[keys], case.prediction.at, case.timezone)
             .sort_values(keys)
             .reset_index(drop=True)
         )

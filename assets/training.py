@@ -15,7 +15,7 @@ from pydantic import Field, create_model
 
 from assets import asset_key, figure
 from assets.pods import TRAINING as TRAINING_POD
-from assets.usecase import UseCase
+from declare import UseCase
 from ml.config import TrainConfig, fields_of
 from ml.files import atomic_write
 from resources.launchers import MessageHandler, TrainingLauncher

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key
+from assets import EXTERNAL_RETRY, asset_key, daily_partitions
 from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop, source_key
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
-from assets.usecase import EventTable, UseCase
+from declare import EventTable, UseCase
 from resources.expectations import (
     GreatExpectations,
     StorageError,
@@ -254,7 +254,7 @@ class _Stage:
             asset_key(case, f"validated_{table.name}"),
             asset_key(case, f"quarantined_{table.name}"),
             dg.AssetCheckKey(raw, f"{table.name}_contract"),
-            case.partitions.definition(),
+            daily_partitions(case),
         )
 
 

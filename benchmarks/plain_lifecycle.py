@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from assets.usecase import UseCase
+    from declare import UseCase
     from resources.expectations import TableContract
     from resources.sources import RawSource
 
@@ -286,7 +286,7 @@ def build_features(
     every day's 28 days again."""
     import pandas as pd
 
-    from assets.usecase import Day, Lookup, Trailing
+    from declare import Day, Lookup, Trailing
     from ml.features import FeatureTable, whole
 
     tables: dict[str, list[pd.DataFrame]] = {spec.name: [] for spec in case.feature_tables}
@@ -382,7 +382,7 @@ def run(
         rows["feature_seconds"] = {name: round(s, 2) for name, s in built.items()}
 
     with stages("training set"):
-        from ml.dataset import LabelSpec, TimeSplit, assemble, labelled_rows
+        from ml.dataset import LabelSpec, TimeSplit, as_predicted, assemble, labelled_rows
 
         # The split `make run` trains on: the declared one, or the given days split by shares.
         config, _ = training_split(case, *(bounds or (None, None)))
@@ -398,7 +398,7 @@ def run(
             & (outcomes[EVENT_TIMESTAMP] < split.instant(split.end))
         ]
         entity_rows, unlabelled = labelled_rows(
-            case.prediction.entity_rows(in_window, case.timezone), spec, join_keys
+            as_predicted(in_window, case.prediction.at, case.timezone), spec, join_keys
         )
         joined = point_in_time(entity_rows, tables)
         feature_columns = [f"{v.name}__{f}" for v in VIEWS for f in v.features]
@@ -511,7 +511,7 @@ def run(
         _, end = day_window(last_day, case.timezone)
         chosen = outcomes[(outcomes[EVENT_TIMESTAMP] >= begin) & (outcomes[EVENT_TIMESTAMP] < end)]
         return (
-            case.prediction.entity_rows(chosen[keys], case.timezone)
+            as_predicted(chosen[keys], case.prediction.at, case.timezone)
             .sort_values(keys)
             .reset_index(drop=True)
         )

@@ -97,6 +97,12 @@ class TrainingSetSummary:
         return self.positives[split] / self.rows[split]
 
 
+def as_predicted(rows: pd.DataFrame, at: str, timezone: str) -> pd.DataFrame:
+    """`rows` (entity rows, `event_timestamp` at the events) as of the instant they are predicted
+    at (`declare.Prediction.at`): at the event itself, or at the start of its local day."""
+    return rows if at == "event" else as_of_day_start(rows, timezone)
+
+
 def as_of_day_start(
     rows: pd.DataFrame, timezone: str, column: str = "event_timestamp"
 ) -> pd.DataFrame:

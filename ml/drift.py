@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from ml.drift_rule import DEFAULT_RULE, LineRule
+from declare.policies import DEFAULT_RULE, LineRule
 
 SCORE = "probability"
 """The reference's and the day's column with the model's score (its output, whatever the task:
@@ -339,6 +339,21 @@ def compare(
     )
 
 
+def rule_lines(
+    rule: LineRule, values: np.ndarray, floor: tuple[float, float]
+) -> tuple[float, float]:
+    """The warn and fail lines `rule` sets from `values` (a column's PSI or KS in each window of
+    the training period), never below `floor`'s (warn, fail)."""
+    if not values.size:
+        return floor
+    if rule.method == "quantiles":
+        warn, fail = np.quantile(values, [rule.warn, rule.fail])
+    else:
+        mean, deviation = float(values.mean()), float(values.std())
+        warn, fail = mean + rule.warn * deviation, mean + rule.fail * deviation
+    return max(floor[0], float(warn)), max(floor[1], float(fail))
+
+
 def natural_lines(
     frame: pd.DataFrame,
     days: pd.Series,
@@ -384,8 +399,8 @@ def natural_lines(
     for column, measured in values.items():
         psis = np.array([v[0] for v in measured], dtype="float64")
         kss = np.array([v[1] for v in measured if v[1] is not None], dtype="float64")
-        psi_warn, psi_fail = rule.lines(psis, (floor.psi_warn, floor.psi_fail))
-        ks_warn, ks_fail = rule.lines(kss, (floor.ks_warn, floor.ks_fail))
+        psi_warn, psi_fail = rule_lines(rule, psis, (floor.psi_warn, floor.psi_fail))
+        ks_warn, ks_fail = rule_lines(rule, kss, (floor.ks_warn, floor.ks_fail))
         lines[column] = ColumnLines(psi_warn, psi_fail, min(ks_warn, 1.0), min(ks_fail, 1.0))
     return NaturalLines(
         window_days=window_days,

@@ -39,8 +39,8 @@ from assets.inference import inference_assets
 from assets.ingestion import dimension_assets, source_key
 from assets.monitoring import monitoring_assets
 from assets.training import training_assets
-from assets.usecase import UseCase
 from assets.validation import event_table_assets
+from declare import UseCase
 from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules

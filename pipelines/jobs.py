@@ -12,7 +12,7 @@ import dagster as dg
 
 from assets import asset_key
 from assets.deployment import rollback_op
-from assets.usecase import UseCase
+from declare import UseCase
 
 if TYPE_CHECKING:
     # What `define_asset_job` returns; dagster does not export the class.

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import dagster as dg
 
-    from assets.usecase import UseCase
+    from declare import UseCase
     from resources.registry import MlflowRegistry, ModelVersion
 
 MANIFEST_FILE = "manifest.json"

@@ -31,8 +31,8 @@ from typing import Any
 
 import dagster as dg
 
-from assets import asset_key
-from assets.usecase import Trailing, UseCase
+from assets import asset_key, daily_partitions
+from declare import Trailing, UseCase
 from pipelines.jobs import RANGE_END_TAG, RANGE_START_TAG, definition_name
 from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
@@ -745,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     first = start - dt.timedelta(days=history_days(case))
     partitions = [
         key
-        for key in case.partitions.definition().get_partition_keys()
+        for key in daily_partitions(case).get_partition_keys()
         if first <= dt.date.fromisoformat(key) <= end
     ]
     if not partitions:
@@ -819,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
                         scored[day] = run_assets(scoring, instance, day, partition=day, stops=stops)
                 # The day after: predicted as the nightly run would, before any of it is known.
                 if case.predicts_ahead and following <= str(
-                    case.partitions.definition().get_last_partition_key()
+                    daily_partitions(case).get_last_partition_key()
                 ):
                     ahead[following] = run_assets(
                         job("predict_day"), instance, following, partition=following, stops=stops

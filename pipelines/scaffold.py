@@ -46,7 +46,7 @@ from typing import Literal
 
 import pandas as pd
 
-from assets.usecase import TASKS, TrainingWindow
+from declare import TASKS, TrainingWindow
 from ml.gate import GatePolicy, RegressionGatePolicy
 from resources.sources import UTC_OFFSET
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets import asset_key
-from assets.usecase import Label, UseCase, partition_day
+from declare import Label, UseCase, partition_day
 from pipelines.jobs import Job, definition_name, find_job
 
 TRIGGER_TAG = "ml_lifecycle/trigger"

@@ -55,9 +55,9 @@ import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
 
-from assets import asset_key
+from assets import asset_key, daily_partitions
 from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
-from assets.usecase import UseCase, partition_day
+from declare import UseCase, partition_day
 from pipelines.jobs import (
     RANGE_END_TAG,
     RANGE_START_TAG,
@@ -226,7 +226,7 @@ def build_prediction_sensor(
 ) -> dg.SensorDefinition:
     """`case`'s sensor requesting `predict_job` (its `predict_day`) for the day after each day
     `daily_job` (its `daily_partition`) published."""
-    last = case.partitions.definition().get_last_partition_key()
+    last = daily_partitions(case).get_last_partition_key()
     predictions = asset_key(case, "batch_predictions")
 
     @dg.run_status_sensor(
@@ -389,7 +389,7 @@ def range_to_finish(
         return f"run {run.run_id} is part of a backfill, which goes on by itself", []
     if first is None or last is None or first == last:
         return f"run {run.run_id} is no run of a range of days", []
-    partitions = case.partitions.definition()
+    partitions = daily_partitions(case)
     days = set(partitions.get_partition_keys_in_range(dg.PartitionKeyRange(first, last)))
     for table in case.event_tables:
         days &= instance.get_materialized_partitions(asset_key(case, f"validated_{table.name}"))

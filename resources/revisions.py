@@ -5,7 +5,7 @@ rows than the version it replaces, or a column with no value where the published
 is more often a broken delivery (a file cut short, a field dropped upstream) than a correction:
 it is held back, and the last good version stays published, until a person accepts it. Tables
 that describe the same events (a day's events and the plan of them) must hold about as many rows as
-each other. The tolerance is declared per table (`Revisions`, on `assets.usecase.EventTable`).
+each other. The tolerance is declared per table (`declare.Revisions`, on `declare.EventTable`).
 
 Dagster-free; pyarrow and pandas are imported where they are used.
 """
@@ -14,25 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from declare.policies import Revisions
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from resources.lake import LakeTable
-
-
-@dataclass(frozen=True)
-class Revisions:
-    """How far a new version of a published day may fall short before it is held back."""
-
-    max_row_loss: float = 0.10
-    """Largest share (0..1) of the last good version's rows a new version may lose, and by which
-    the day may hold fewer rows than a table declared to describe the same events
-    (`EventTable.same_events_as`). A column that turns entirely null where the last good version
-    had values is held back whatever this share."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.max_row_loss <= 1:
-            raise ValueError(f"revisions.max_row_loss must be in [0, 1], got {self.max_row_loss}")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The use cases this project serves: each folder declares one data set and one prediction
-(`assets.usecase.UseCase`), and the lifecycle builds every stage of each from its declaration.
+(`declare.UseCase`), and the lifecycle builds every stage of each from its declaration.
 
 A new use case is a folder here (laid out by `python -m pipelines.scaffold NAME`), its Feast
 module `feature_repo/<name>.py`, and its line in `USE_CASES` below.
 """
 
-from assets.usecase import UseCase
+from declare import UseCase
 from usecases.flights import USE_CASE as FLIGHTS
 from usecases.ridership import USE_CASE as RIDERSHIP
 

@@ -16,7 +16,7 @@ import pytest
 
 from assets import asset_key
 from assets.features import feature_assets
-from assets.usecase import (
+from declare import (
     DailyPartitions,
     Day,
     EventTable,

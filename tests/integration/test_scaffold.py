@@ -29,7 +29,7 @@ import pytest
 
 from assets import asset_key
 from assets.ingestion import source_key
-from assets.usecase import UseCase
+from declare import UseCase
 from pipelines import scaffold
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations

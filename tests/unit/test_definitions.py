@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from assets import asset_key
-from assets.usecase import UseCase
+from declare import UseCase
 from tests.conftest import LIFECYCLE_GROUPS
 from usecases.flights import USE_CASE as FLIGHTS
 

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from declare.policies import LineRule
 from ml.drift import (
     ColumnLines,
     DriftThresholds,
-    LineRule,
     NaturalLines,
     _ks_statistic,
     categorical_counts,
@@ -17,6 +17,7 @@ from ml.drift import (
     numeric_counts,
     psi,
     reference_sample,
+    rule_lines,
 )
 
 pytestmark = pytest.mark.unit
@@ -188,12 +189,12 @@ def test_a_period_shorter_than_two_windows_measures_no_lines_and_rules_are_check
 def test_the_rule_sets_lines_from_the_windows_spread():
     values = np.array([0.4, 0.5, 0.6, 0.5, 0.5])  # mean 0.5, standard deviation 0.0632
     deviation = values.std()
-    assert LineRule().lines(values, (0.1, 0.25)) == pytest.approx(
+    assert rule_lines(LineRule(), values, (0.1, 0.25)) == pytest.approx(
         (0.5 + 2 * deviation, 0.5 + 3 * deviation)
     )
-    assert LineRule("quantiles", 0.5, 1.0).lines(values, (0.1, 0.25)) == (0.5, 0.6)
-    assert LineRule().lines(values / 100, (0.1, 0.25)) == (0.1, 0.25)  # never below the floor
-    assert LineRule().lines(np.array([]), (0.1, 0.25)) == (0.1, 0.25)
+    assert rule_lines(LineRule("quantiles", 0.5, 1.0), values, (0.1, 0.25)) == (0.5, 0.6)
+    assert rule_lines(LineRule(), values / 100, (0.1, 0.25)) == (0.1, 0.25)  # never below the floor
+    assert rule_lines(LineRule(), np.array([]), (0.1, 0.25)) == (0.1, 0.25)
     # Past the most a column moved in a few windows, but within its spread: not a failure.
     frame, days = training_period()
     columns = (["steady", "wandering"], ["carrier"])

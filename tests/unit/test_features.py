@@ -203,7 +203,7 @@ def chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
 
 @pytest.mark.parametrize("name", ["carrier_history", "route_history"])
 def test_days_built_together_are_each_days_table_built_alone_to_the_byte(name, month, airports):
-    from assets.usecase import partition_day
+    from declare import partition_day
     from resources.lake import content_hash
     from usecases.flights import HISTORY_DAYS, USE_CASE
 

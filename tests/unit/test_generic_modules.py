@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from assets.usecase import UseCase
+from declare import UseCase
 from usecases import BUNDLED, USE_CASES
 
 pytestmark = pytest.mark.unit

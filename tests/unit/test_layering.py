@@ -1,8 +1,10 @@
 """The layers stay layered: no import cycle among the project's modules (lazy imports inside
-functions count too), no private name imported from another module, `ml/` free of Dagster and of
-the layers above it, and `assets/` free of the wiring layer."""
+functions count too), no private name imported from another module, the declarations free of
+everything but the standard library, `ml/` free of Dagster and of the layers above it, and
+`assets/` free of the wiring layer."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
+PACKAGES = ("declare", "pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
 
 
 def module_name(path: Path) -> str:
@@ -93,6 +95,42 @@ def test_no_private_name_is_imported_from_another_project_module():
         if n.startswith("_")
     ]
     assert found == []
+
+
+def run_time_imports(tree: ast.Module) -> list[str]:
+    """The modules an import outside `if TYPE_CHECKING:` blocks names, at any depth."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []  # annotations only: never run
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module)
+    return found
+
+
+def test_declarations_import_only_the_standard_library():
+    """A team's declaration loads without dagster, feast, great_expectations, torch, pandas or
+    any layer of the lifecycle: what it may import when it runs is the standard library."""
+    declared = {name: tree for name, tree in modules().items() if name.startswith("declare")}
+    assert "declare.usecase" in declared
+    for name, tree in declared.items():
+        outside = [
+            module
+            for module in run_time_imports(tree)
+            if module.split(".")[0] not in sys.stdlib_module_names | {"declare"}
+        ]
+        assert outside == [], name
+
+
+def test_the_declaration_check_sees_a_lazy_import_and_ignores_annotations():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import dagster\n"
+        "def f():\n    import torch\n"
+    )
+    assert run_time_imports(tree) == ["typing", "torch"]
 
 
 def test_ml_imports_neither_dagster_nor_the_layers_above_it():

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from declare import Revisions
 from resources.lake import Chunks, ParquetLake
 from resources.revisions import (
     Counter,
-    Revisions,
     Version,
     against_last_good,
     against_same_events,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from assets import asset_key
-from assets.usecase import TrainingWindow
+from declare import TrainingWindow
 from ml.dataset import TimeSplit
 from pipelines.run import (
     AssetRun,

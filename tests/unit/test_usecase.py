@@ -11,7 +11,7 @@ import pytest
 
 from assets import asset_key
 from assets.features import table_arguments, table_inputs
-from assets.usecase import (
+from declare import (
     Day,
     DeclarationError,
     DriftSettings,
@@ -117,8 +117,10 @@ def test_entity_rows_are_taken_at_the_event_or_at_the_start_of_its_day():
             "event_timestamp": pd.to_datetime(["2013-01-10T02:30:00Z", "2013-01-10T23:00:00Z"]),
         }
     )
-    assert Prediction().entity_rows(rows, "America/New_York") is rows  # "event": as they are
-    taken = Prediction(at="day_start").entity_rows(rows, "America/New_York")
+    from ml.dataset import as_predicted
+
+    assert as_predicted(rows, Prediction().at, "America/New_York") is rows  # "event": as they are
+    taken = as_predicted(rows, Prediction(at="day_start").at, "America/New_York")
     assert taken["event_timestamp"].tolist() == list(
         pd.to_datetime(["2013-01-09T05:00:00Z", "2013-01-10T05:00:00Z"])  # local midnights
     )

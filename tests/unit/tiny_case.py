@@ -9,8 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import asset_key
-from assets.usecase import (
+from assets import asset_key, daily_partitions
+from declare import (
     DailyPartitions,
     Day,
     Dimension,
@@ -92,7 +92,7 @@ def stub_definitions(**definitions) -> dg.Definitions:
 
         return _stub
 
-    daily = TINY.partitions.definition()
+    daily = daily_partitions(TINY)
     return dg.Definitions(
         assets=[
             *(stub(name, daily) for name in TINY_PARTITIONED),

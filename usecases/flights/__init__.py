@@ -12,7 +12,7 @@ contracts (`contracts.py`), Dagster-free feature functions (`features.py`) and t
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from assets.usecase import (
+from declare import (
     DailyPartitions,
     Day,
     Dimension,

@@ -3,7 +3,7 @@
 Every feature table has an `event_timestamp` column (UTC): the instant from which its row may be
 used. A point-in-time join gives an entity row the latest row at or before the entity row's own
 instant, so a row must not describe anything that was unknown at its `event_timestamp`. A day's
-flights are predicted at the day's start (local midnight, `assets.usecase.Prediction`), for
+flights are predicted at the day's start (local midnight, `declare.Prediction`), for
 training as for serving, so what a flight's row may use is what was known at that midnight:
 
 - weather: an hourly observation is known once its hour is over: stamped an hour after the hour

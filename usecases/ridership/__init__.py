@@ -12,7 +12,7 @@ contracts (`contracts.py`), the bundled data reshaped into daily tables (`source
 
 from typing import TYPE_CHECKING
 
-from assets.usecase import (
+from declare import (
     DailyPartitions,
     Day,
     DriftSettings,

@@ -1,12 +1,7 @@
-"""What a use case declares: everything specific to one data set and one prediction, and nothing
-the lifecycle does with it.
+"""A use case, declared: its partitions, tables, features, label, prediction, training window and
+slices, and how its Dagster objects are named.
 
-The generic stages (assets/), jobs, schedules and sensors (pipelines/) are built from a `UseCase`
-and never name a table, column, model or feature service of their own. A use case lives in a
-folder of its own under `usecases/`; its Feast declarations are `feature_repo/<name>.py`.
-
-Declarations are plain data: they are checked when they are made, and an error names the use case
-and the field. Building Dagster objects from them is the work of `assets/` and `pipelines/`.
+Plain frozen dataclasses, checked when they are made: an error names the use case and the field.
 """
 
 import datetime as dt
@@ -16,16 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import dagster as dg
-
-from ml.drift_rule import METHODS, LineRule
-from resources.expectations import TableContract
-from resources.revisions import Revisions
+from declare.policies import DriftSettings, Revisions
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ml.features import FeatureTable, TableStream
+    from resources.expectations import TableContract
     from resources.sources import RawSource
 
 TASKS = ("binary", "regression")
@@ -78,11 +70,6 @@ class DailyPartitions:
         if days[0] >= days[1]:
             raise _refuse(case, "partitions.end", f"{self.end} is not after start {self.start}")
 
-    def definition(self) -> dg.DailyPartitionsDefinition:
-        return dg.DailyPartitionsDefinition(
-            start_date=self.start, end_date=self.end, timezone=self.timezone, fmt="%Y-%m-%d"
-        )
-
 
 def partition_day(partition_key: str) -> dt.date:
     """The calendar day a daily partition key names; refuses anything else by name."""
@@ -100,7 +87,7 @@ class EventTable:
     """A raw table that arrives a day at a time: ingested as `raw_<table>`, audited against its
     contract, published as `validated_<table>` with its broken rows in `quarantined_<table>`."""
 
-    contract: TableContract
+    contract: "TableContract"
     description: str
     """What one day of it is, as the catalog shows it."""
     publish: "Callable[[pd.DataFrame], pd.DataFrame] | None" = None
@@ -241,14 +228,6 @@ class Prediction:
     None: the label table's rows, scored once the day's outcomes are in (events scored as they
     happen, after the fact)."""
 
-    def entity_rows(self, rows: "pd.DataFrame", timezone: str) -> "pd.DataFrame":
-        """`rows` (entity rows, `event_timestamp` at the events) as of their prediction instant."""
-        if self.at == "event":
-            return rows
-        from ml.dataset import as_of_day_start
-
-        return as_of_day_start(rows, timezone)
-
 
 SPLIT_DAYS = ("start", "validation_start", "test_start", "end")
 """A training window's days, in order: each the first of its part, `end` the first after it."""
@@ -313,46 +292,6 @@ class Slice:
     def as_config(self) -> dict[str, Any]:
         return {"name": self.name, "column": self.column, "edges": list(self.edges),
                 "labels": list(self.labels)}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class DriftSettings:
-    """How `feature_drift` judges a window of days against the champion's training rows."""
-
-    window_days: int = 7
-    psi_warn: float = 0.1
-    psi_fail: float = 0.25
-    ks_warn: float = 0.1
-    ks_fail: float = 0.2
-    """The absolute lines (`ml.drift.ColumnLines`): every column's with `lines="absolute"`, the
-    least a column's measured lines may be with `"natural"`."""
-    min_rows: int = 50
-    lines: Literal["natural", "absolute"] = "natural"
-    """`"natural"`: each column (and the score) is judged by how far it moved between windows of
-    the model's own training period, measured when the model is exported
-    (`ml.drift.natural_lines`); `"absolute"`: by the lines above."""
-    rule: Literal["deviations", "quantiles"] = "deviations"
-    warn_at: float = 2.0
-    fail_at: float = 3.0
-    """How a column's measured lines are set from how far it moved between windows of the
-    training period (`ml.drift.LineRule`): by default its mean movement plus 2 (warn) and 3
-    (fail) standard deviations; with `"quantiles"`, those quantiles of it (0.9 and 1.0: warn
-    past nine windows in ten, fail past the most it ever moved)."""
-
-    calendar: tuple[str, ...] = ()
-    """Features (`<view>__<feature>`, as served) that are a function of the date alone: shown in
-    the drift table, never flagged (`ml.drift.DriftThresholds.calendar`)."""
-
-    def line_rule(self) -> LineRule:
-        return LineRule(self.rule, self.warn_at, self.fail_at)
-
-    def problem(self) -> tuple[str, str] | None:
-        """The field and what is wrong with it, if anything."""
-        try:
-            self.line_rule()
-        except ValueError as error:
-            return ("drift.rule" if self.rule not in METHODS else "drift.warn_at"), str(error)
-        return None
 
 
 @dataclass(frozen=True)

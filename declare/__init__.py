@@ -1,0 +1,54 @@
+"""What a team declares for a use case, Dagster-free: its partitions, tables, features, label and
+task, entities, split, slices and policies, as plain frozen dataclasses checked when they are made.
+
+A use case's folder under `usecases/` imports its declaration's parts from here; the lifecycle
+(`assets/`, `pipelines/`) builds every stage from a `UseCase`. Nothing here imports dagster, feast,
+great_expectations or torch (tests/unit/test_declare.py), so a declaration loads in milliseconds and
+reads on its own.
+"""
+
+from declare.policies import DriftSettings, LineRule, Revisions
+from declare.usecase import (
+    PREDICTED_AT,
+    SPLIT_DAYS,
+    TASKS,
+    DailyPartitions,
+    Day,
+    DeclarationError,
+    Dimension,
+    EventTable,
+    FeatureInput,
+    FeatureTableSpec,
+    Label,
+    Lookup,
+    Prediction,
+    Slice,
+    Trailing,
+    TrainingWindow,
+    UseCase,
+    partition_day,
+)
+
+__all__ = [
+    "PREDICTED_AT",
+    "SPLIT_DAYS",
+    "TASKS",
+    "DailyPartitions",
+    "Day",
+    "DeclarationError",
+    "Dimension",
+    "DriftSettings",
+    "EventTable",
+    "FeatureInput",
+    "FeatureTableSpec",
+    "Label",
+    "LineRule",
+    "Lookup",
+    "Prediction",
+    "Revisions",
+    "Slice",
+    "Trailing",
+    "TrainingWindow",
+    "UseCase",
+    "partition_day",
+]

@@ -1,0 +1,102 @@
+"""The policies a use case declares: how drift is judged, and how far a new version of a published
+day may fall short of the last good one. Plain frozen dataclasses, checked when they are made."""
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+METHODS = ("deviations", "quantiles")
+
+
+@dataclass(frozen=True)
+class LineRule:
+    """How a column's warn and fail lines are set from the values (PSI, KS) of its windows in
+    the training period.
+
+    - `"deviations"`: their mean plus `warn` (`fail`) standard deviations, a control chart's
+      limits. A training period holds few independent windows (31 days: four weeks), so the
+      most a column moved in them is a low estimate of how far it moves by chance
+      (docs/monitoring.md measures both on a bundled use case).
+    - `"quantiles"`: the `warn` and `fail` quantiles of those values (1.0: the most it ever
+      moved)."""
+
+    method: Literal["deviations", "quantiles"] = "deviations"
+    warn: float = 2.0
+    fail: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r} is neither 'deviations' nor 'quantiles'")
+        top = 1.0 if self.method == "quantiles" else math.inf
+        if not 0 <= self.warn <= self.fail <= top:
+            raise ValueError(
+                f"need 0 <= warn <= fail{' <= 1' if top == 1 else ''} with {self.method!r},"
+                f" got {self.warn}, {self.fail}"
+            )
+
+    def describe(self) -> str:
+        if self.method == "quantiles":
+            return f"warn at their {self.warn:g} quantile, fail at their {self.fail:g} quantile"
+        return (
+            f"warn at their mean + {self.warn:g} standard deviations, fail at their mean +"
+            f" {self.fail:g} standard deviations"
+        )
+
+
+DEFAULT_RULE = LineRule()
+"""Mean + 2 standard deviations warns, mean + 3 fails."""
+
+
+@dataclass(frozen=True)
+class Revisions:
+    """How far a new version of a published day may fall short before it is held back."""
+
+    max_row_loss: float = 0.10
+    """Largest share (0..1) of the last good version's rows a new version may lose, and by which
+    the day may hold fewer rows than a table declared to describe the same events
+    (`EventTable.same_events_as`). A column that turns entirely null where the last good version
+    had values is held back whatever this share."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_row_loss <= 1:
+            raise ValueError(f"revisions.max_row_loss must be in [0, 1], got {self.max_row_loss}")
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    """How `feature_drift` judges a window of days against the champion's training rows."""
+
+    window_days: int = 7
+    psi_warn: float = 0.1
+    psi_fail: float = 0.25
+    ks_warn: float = 0.1
+    ks_fail: float = 0.2
+    """The absolute lines (`ml.drift.ColumnLines`): every column's with `lines="absolute"`, the
+    least a column's measured lines may be with `"natural"`."""
+    min_rows: int = 50
+    lines: Literal["natural", "absolute"] = "natural"
+    """`"natural"`: each column (and the score) is judged by how far it moved between windows of
+    the model's own training period, measured when the model is exported
+    (`ml.drift.natural_lines`); `"absolute"`: by the lines above."""
+    rule: Literal["deviations", "quantiles"] = "deviations"
+    warn_at: float = 2.0
+    fail_at: float = 3.0
+    """How a column's measured lines are set from how far it moved between windows of the
+    training period (`LineRule`): by default its mean movement plus 2 (warn) and 3
+    (fail) standard deviations; with `"quantiles"`, those quantiles of it (0.9 and 1.0: warn
+    past nine windows in ten, fail past the most it ever moved)."""
+
+    calendar: tuple[str, ...] = ()
+    """Features (`<view>__<feature>`, as served) that are a function of the date alone: shown in
+    the drift table, never flagged (`ml.drift.DriftThresholds.calendar`)."""
+
+    def line_rule(self) -> LineRule:
+        return LineRule(self.rule, self.warn_at, self.fail_at)
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field and what is wrong with it, if anything."""
+        try:
+            self.line_rule()
+        except ValueError as error:
+            return ("drift.rule" if self.rule not in METHODS else "drift.warn_at"), str(error)
+        return None
