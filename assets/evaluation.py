@@ -4,7 +4,8 @@ rows, and the gate that decides whether the challenger may serve.
 The gate's rules are blocking asset checks with ERROR severity: within a run nothing downstream
 (export, registration) runs after a failed rule. Dagster blocks only within one run, so the
 decision is also the asset's value, a typed report that the registration step reads and checks
-again itself. The logic is in `ml/metrics.py` and `ml/gate.py`.
+again itself. The rules and policies are declared in `declare/gate.py`; the logic is in
+`ml/metrics.py` and `ml/gate.py`.
 """
 
 import base64
@@ -17,9 +18,11 @@ import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY, asset_key, figure
+from assets.config import config_class
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.training import TrainedRun
-from declare import UseCase
+from declare import GATE_RULES, Slice, UseCase
+from declare.gate import Policy
 from ml.files import atomic_write
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
@@ -28,133 +31,12 @@ from resources.serving import ModelServing
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ml.gate import GatePolicy, GateReport, RegressionGatePolicy
+    from ml.gate import GateReport
     from ml.metrics import Evaluation, SliceSpec
 
 EVALUATION = "evaluation"
-GATE_RULES = {
-    "finite_metrics": "No metric of the challenger, overall or on a slice, is NaN or infinite.",
-    "absolute_floor": (
-        "The challenger clears the absolute bar (binary: ROC AUC floor, calibration error"
-        " ceiling; regression: RMSE/MAE ceilings, R² floor)."
-    ),
-    "no_regression": "The challenger is not worse than the champion beyond the tolerance.",
-    "no_slice_regression": "No slice with enough rows regresses against the champion.",
-    "beats_baseline": "The challenger's RMSE is below the declared baseline forecast's.",
-}
-TASK_RULES = {
-    "binary": ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
-    "regression": (
-        "finite_metrics",
-        "absolute_floor",
-        "no_regression",
-        "no_slice_regression",
-        "beats_baseline",
-    ),
-}
-"""The gate's rules for each task (`ml.gate.RULES`, `ml.gate.REGRESSION_RULES`), named here so
-that loading the code location needs no numpy."""
 GATE_REPORT = "gate_report.json"
 """The decision, written beside the weights it judged."""
-
-
-class SliceConfig(dg.Config):
-    """A slice of the test rows: one per value of a feature, or per bin of a numeric one."""
-
-    name: str
-    column: str = Field(description="The training set's column, `<view>__<feature>`.")
-    edges: list[float] = Field(default=[], description="Bin edges [e0, e1), ...; empty: values.")
-    labels: list[str] = Field(default=[], description="One name per bin.")
-
-
-class EvaluationConfig(dg.Config):
-    """The slices the gate looks at; a task's config adds its policy (`ml.gate`)."""
-
-    min_slice_rows: int = Field(
-        default=200, description="Slices with fewer test rows are reported, not judged."
-    )
-    slices: list[SliceConfig] = Field(default=[])
-
-    def policy(self) -> "GatePolicy | RegressionGatePolicy":
-        raise NotImplementedError
-
-    def slice_specs(self) -> list["SliceSpec"]:
-        from ml.metrics import SliceSpec
-
-        # A default left as declared is a dict; one from run config is a SliceConfig.
-        configs = [SliceConfig(**s) if isinstance(s, dict) else s for s in self.slices]
-        return [SliceSpec(s.name, s.column, tuple(s.edges), tuple(s.labels)) for s in configs]
-
-
-class BinaryEvaluationConfig(EvaluationConfig):
-    """A binary classifier's gate (`ml.gate.GatePolicy`) and the slices it looks at."""
-
-    min_roc_auc: float = Field(default=0.65, description="Absolute floor of the test ROC AUC.")
-    max_calibration_error: float = Field(
-        default=0.1, description="Absolute ceiling of the expected calibration error."
-    )
-    max_roc_auc_drop: float = Field(
-        default=0.005, description="Largest overall ROC AUC drop vs the champion that passes."
-    )
-    max_average_precision_drop: float = Field(
-        default=0.01, description="Largest overall average-precision drop vs the champion."
-    )
-    max_log_loss_rise: float = Field(
-        default=0.005, description="Largest overall log-loss rise vs the champion."
-    )
-    max_brier_rise: float = Field(
-        default=0.002, description="Largest overall Brier-score rise vs the champion."
-    )
-    max_slice_roc_auc_drop: float = Field(
-        default=0.03, description="Largest ROC AUC drop vs the champion on any slice."
-    )
-
-    def policy(self) -> "GatePolicy":
-        from ml.gate import GatePolicy
-
-        return GatePolicy(**self.model_dump(exclude={"slices"}))
-
-
-class RegressionEvaluationConfig(EvaluationConfig):
-    """A regression's gate (`ml.gate.RegressionGatePolicy`: lower error is better, no
-    threshold) and the slices it looks at."""
-
-    max_rmse: float | None = Field(
-        default=None,
-        description="Absolute ceiling of the test RMSE (label units); none: not judged.",
-    )
-    max_mae: float | None = Field(
-        default=None,
-        description="Absolute ceiling of the test MAE (label units); none: not judged.",
-    )
-    min_r2: float | None = Field(
-        default=0.0, description="Absolute floor of the test R² (0 = the mean); none: not judged."
-    )
-    max_rmse_rise_fraction: float = Field(
-        default=0.02, description="Largest RMSE rise vs the champion, a fraction of its RMSE."
-    )
-    max_mae_rise_fraction: float = Field(
-        default=0.02, description="Largest MAE rise vs the champion, a fraction of its MAE."
-    )
-    max_slice_rmse_rise_fraction: float = Field(
-        default=0.1, description="Largest RMSE rise vs the champion on any slice, as a fraction."
-    )
-    require_baseline: bool = Field(
-        default=True,
-        description="The test RMSE must be below the declared baseline forecast's on its rows.",
-    )
-
-    def policy(self) -> "RegressionGatePolicy":
-        from ml.gate import RegressionGatePolicy
-
-        return RegressionGatePolicy(**self.model_dump(exclude={"slices"}))
-
-
-TASK_CONFIGS: dict[str, type[EvaluationConfig]] = {
-    "binary": BinaryEvaluationConfig,
-    "regression": RegressionEvaluationConfig,
-}
-"""The evaluation config of each task."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,25 +64,34 @@ def evaluation_assets(case: UseCase) -> list[dg.AssetsDefinition]:
     return [_model_evaluation(case)]
 
 
-def evaluation_config(case: UseCase) -> type[EvaluationConfig]:
-    """The evaluation config of a use case: the gate policy with the declaration's overrides,
-    and its slices."""
-    from pydantic import create_model
+def evaluation_config(case: UseCase) -> type[dg.Config]:
+    """`model_evaluation`'s config for a use case: every field of its task's gate policy
+    (`declare.gate`), the use case's policy as defaults, and the slices the gate judges."""
+    policy = case.gate_policy
+    slice_config = config_class(Slice, "SliceConfig")
+    declared = [{**dataclasses.asdict(s), "edges": list(s.edges), "labels": list(s.labels)}
+                for s in case.slices]  # fmt: skip
+    slices = Field(default=declared, description="The slices of the test rows the gate judges.")
+    return config_class(
+        type(policy),
+        f"EvaluationConfig_{case.name}",
+        policy,
+        extra={"slices": (list[slice_config], slices)},
+    )
 
-    base = TASK_CONFIGS[case.label.task]
-    unknown = sorted(set(case.gate) - set(base.model_fields) - {"slices"})
-    if unknown:
-        raise ValueError(
-            f"use case {case.name!r}: gate: {unknown} are not {case.label.task} gate settings"
-            f" ({sorted(set(base.model_fields) - {'slices'})})"
-        )
-    fields: dict[str, Any] = {
-        name: (base.model_fields[name].annotation, value) for name, value in case.gate.items()
-    }
-    fields["slices"] = (list[SliceConfig], Field(default=[s.as_config() for s in case.slices]))
-    if "require_baseline" in base.model_fields and "require_baseline" not in case.gate:
-        fields["require_baseline"] = (bool, case.baseline is not None)
-    return create_model(f"EvaluationConfig_{case.name}", __base__=base, **fields)
+
+def _policy(case: UseCase, config: dg.Config) -> "Policy":
+    """The gate policy a run's config gives (the use case's, unless the launchpad changed it)."""
+    return type(case.gate_policy)(**config.model_dump(exclude={"slices"}))
+
+
+def _slice_specs(config: dg.Config) -> list["SliceSpec"]:
+    from ml.metrics import SliceSpec
+
+    chosen = config.model_dump()["slices"]
+    return [
+        SliceSpec(s["name"], s["column"], tuple(s["edges"]), tuple(s["labels"])) for s in chosen
+    ]
 
 
 def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
@@ -222,10 +113,13 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         op_tags=EVALUATION_POD,
         check_specs=[
             dg.AssetCheckSpec(
-                name, asset=asset_key(case, "model_evaluation"), description=text, blocking=True
+                rule.name,
+                asset=asset_key(case, "model_evaluation"),
+                description=rule.checks,
+                blocking=True,
             )
-            for name, text in GATE_RULES.items()
-            if name in TASK_RULES[task]
+            for rule in GATE_RULES
+            if task in rule.tasks
         ],
     )
     def model_evaluation(
@@ -275,7 +169,8 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
                 predictions(trained.model, trained.preprocessor, test), "test"
             )
         }
-        slices, min_rows = config.slice_specs(), config.min_slice_rows
+        policy = _policy(case, config)
+        slices, min_rows = _slice_specs(config), policy.min_slice_rows
         baseline = _baseline(case, test)
         measure = functools.partial(
             evaluate, frame=test, slices=slices, min_slice_rows=min_rows, task=task
@@ -303,7 +198,7 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         report = decide(
             challenger,
             champion,
-            config.policy(),
+            policy,
             champion_version=champion_version,
             subject=trained.weights_sha256,
         )

@@ -12,16 +12,17 @@ import dataclasses
 import datetime as dt
 import json
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
 
 from assets import EXTERNAL_RETRY, asset_key, daily_partitions, figure
+from assets.config import config_class
 from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
-from declare import UseCase
+from declare import DriftSettings, UseCase
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, ParquetLake, write_text_atomically
 from resources.serving import DATA_THROUGH_TAG, ModelServing
@@ -44,43 +45,31 @@ CHAMPION_DATA_THROUGH = "champion_data_through"
 """Metadata key: the last day of that version's training data ("" when not recorded)."""
 
 
+DECLARED_ONLY = ("rule", "warn_at", "fail_at", "calendar")
+"""Drift settings that are not the launchpad's: the rule sets a model's measured lines when it is
+exported, and which features are calendar ones is the use case's to say."""
+
+
 def drift_config(case: UseCase) -> type[dg.Config]:
-    """The window compared and the thresholds that make a column warn or fail, by default the
-    use case's declared drift settings."""
-    declared = case.drift
+    """`feature_drift`'s config for a use case: the window compared and the lines that make a
+    column warn or fail (`declare.DriftSettings`, the use case's as defaults)."""
+    chunk_rows = Field(default=50_000, description="Entity rows per feature retrieval.")
+    return config_class(
+        DriftSettings,
+        f"FeatureDriftConfig_{case.name}",
+        case.drift,
+        skip=DECLARED_ONLY,
+        extra={"chunk_rows": (int, chunk_rows)},
+    )
 
-    class FeatureDriftConfig(dg.Config):
-        window_days: int = Field(
-            default=declared.window_days, ge=1, description="Days compared, ending with the day."
-        )
-        psi_warn: float = Field(
-            default=declared.psi_warn, description="PSI from which a column warns."
-        )
-        psi_fail: float = Field(
-            default=declared.psi_fail, description="PSI from which a column fails."
-        )
-        ks_warn: float = Field(
-            default=declared.ks_warn, description="KS statistic from which a column warns."
-        )
-        ks_fail: float = Field(
-            default=declared.ks_fail, description="KS statistic from which a column fails."
-        )
-        min_rows: int = Field(
-            default=declared.min_rows,
-            description="Fewer scored rows in the window: reported, never an event.",
-        )
-        lines: Literal["natural", "absolute"] = Field(
-            default=declared.lines,
-            description=(
-                "natural: each column judged by how far it moved between windows of the"
-                " champion's training period (never below the lines above); absolute: by the"
-                " lines above."
-            ),
-        )
-        chunk_rows: int = Field(default=50_000, description="Entity rows per feature retrieval.")
 
-    FeatureDriftConfig.__name__ = f"FeatureDriftConfig_{case.name}"
-    return FeatureDriftConfig
+def _drift_settings(case: UseCase, config: dg.Config) -> DriftSettings:
+    """The drift settings a run's config gives; refused by field if wrong."""
+    chosen = config.model_dump(exclude={"chunk_rows"})
+    settings = dataclasses.replace(case.drift, **chosen)
+    if (problem := settings.problem()) is not None:
+        raise dg.Failure(f"feature_drift: config {problem[0]}: {problem[1]}", allow_retries=False)
+    return settings
 
 
 def monitoring_assets(case: UseCase) -> list[dg.AssetsDefinition]:
@@ -159,13 +148,14 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         from ml.plots import drift_bars
 
         day = context.partition_key
+        settings = _drift_settings(case, config)
         served = serving.champion(model_name)
         if served is None:
             context.log.info(f"feature_drift {day}: no champion of {model_name} yet; skipped")
             return
         reference = pd.read_parquet(serving.drift_reference(served.version))
         window = context.partition_time_window
-        start = window.end - dt.timedelta(days=config.window_days)
+        start = window.end - dt.timedelta(days=settings.window_days)
         service = served.scorer.properties["feature_service"]
         feature_store = feature_store.for_use_case(case.name)
         rows = feature_store.view_rows(
@@ -184,18 +174,18 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         ]
         current = pd.concat(frames, ignore_index=True) if frames else reference.iloc[:0]
         thresholds = DriftThresholds(
-            psi_warn=config.psi_warn,
-            psi_fail=config.psi_fail,
-            ks_warn=config.ks_warn,
-            ks_fail=config.ks_fail,
-            min_rows=config.min_rows,
-            calendar=case.drift.calendar,
+            psi_warn=settings.psi_warn,
+            psi_fail=settings.psi_fail,
+            ks_warn=settings.ks_warn,
+            ks_fail=settings.ks_fail,
+            min_rows=settings.min_rows,
+            calendar=settings.calendar,
         )
-        measured = serving.drift_lines(served.version) if config.lines == "natural" else None
+        measured = serving.drift_lines(served.version) if settings.lines == "natural" else None
         if measured is not None:
             thresholds = thresholds.with_columns(measured.columns)
             lines = measured.describe()
-        elif config.lines == "natural":
+        elif settings.lines == "natural":
             lines = f"absolute: {served.label} was registered without measured lines"
         else:
             lines = "absolute, as configured"
@@ -246,7 +236,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
             CHAMPION_DATA_THROUGH: served.version.tags.get(DATA_THROUGH_TAG, ""),
             "level": level,
             "window": span,
-            "days_with_rows": f"{days_with_rows} of {config.window_days}",
+            "days_with_rows": f"{days_with_rows} of {settings.window_days}",
             "rows": report.current_rows,
             "reference_rows": report.reference_rows,
             "score_psi": figure(report.score.psi if report.score else None),

@@ -4,19 +4,18 @@ MLflow."""
 import base64
 import dataclasses
 import functools
-import typing
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field, create_model
 
 from assets import asset_key, figure
+from assets.config import config_class
 from assets.pods import TRAINING as TRAINING_POD
 from declare import UseCase
-from ml.config import TrainConfig, fields_of
+from ml.config import TrainConfig
 from ml.files import atomic_write
 from resources.launchers import MessageHandler, TrainingLauncher
 from resources.registry import (
@@ -35,26 +34,6 @@ SET_BY_THE_ASSET = ("training_set", "output_dir", "label", "task", "feature_serv
 use case declares (label, task, FeatureService)."""
 
 
-def dagster_schema(cls: type, name: str, defaults: Any = None) -> type[dg.Config]:
-    """A Dagster config class mirroring an `ml.config` dataclass: the same field names, types,
-    docstrings and defaults as `python -m ml.train --help` (or `defaults`' values, an instance
-    of `cls`), typed in the launchpad."""
-    fields: dict[str, Any] = {}
-    for spec in fields_of(cls):
-        if spec.name in SET_BY_THE_ASSET:
-            continue
-        default = spec.default if defaults is None else getattr(defaults, spec.name)
-        if dataclasses.is_dataclass(spec.kind):
-            section = dagster_schema(spec.kind, f"{name}_{spec.name}", default)  # type: ignore[arg-type]
-            fields[spec.name] = (section, Field(default_factory=section, description=spec.doc))
-        elif typing.get_origin(spec.kind) is tuple:
-            (item,) = {a for a in typing.get_args(spec.kind) if a is not Ellipsis}
-            fields[spec.name] = (list[item], Field(default=list(default), description=spec.doc))
-        else:
-            fields[spec.name] = (spec.kind, Field(default=default, description=spec.doc))
-    return create_model(name, __base__=dg.Config, **fields)
-
-
 def trained_model_config(case: UseCase) -> type[dg.Config]:
     """`trained_model`'s config for a use case: every `ml.train` setting, with the defaults
     the use case declares (`UseCase.training`) in place of the generic ones."""
@@ -62,7 +41,9 @@ def trained_model_config(case: UseCase) -> type[dg.Config]:
         defaults = TrainConfig.from_dict(dict(case.training))
     except (ValueError, TypeError) as error:
         raise ValueError(f"use case {case.name!r}: training: {error}") from None
-    return dagster_schema(TrainConfig, f"TrainedModelConfig_{case.name}", defaults)
+    return config_class(
+        TrainConfig, f"TrainedModelConfig_{case.name}", defaults, skip=SET_BY_THE_ASSET
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,11 +7,11 @@ great_expectations or torch (tests/unit/test_declare.py), so a declaration loads
 reads on its own.
 """
 
+from declare.gate import GATE_RULES, TASKS, GatePolicy, GateRule, RegressionGatePolicy
 from declare.policies import DriftSettings, LineRule, Revisions
 from declare.usecase import (
     PREDICTED_AT,
     SPLIT_DAYS,
-    TASKS,
     DailyPartitions,
     Day,
     DeclarationError,
@@ -30,6 +30,7 @@ from declare.usecase import (
 )
 
 __all__ = [
+    "GATE_RULES",
     "PREDICTED_AT",
     "SPLIT_DAYS",
     "TASKS",
@@ -41,10 +42,13 @@ __all__ = [
     "EventTable",
     "FeatureInput",
     "FeatureTableSpec",
+    "GatePolicy",
+    "GateRule",
     "Label",
     "LineRule",
     "Lookup",
     "Prediction",
+    "RegressionGatePolicy",
     "Revisions",
     "Slice",
     "Trailing",

@@ -67,13 +67,18 @@ class DriftSettings:
     """How `feature_drift` judges a window of days against the champion's training rows."""
 
     window_days: int = 7
+    """Days compared, ending with the day."""
     psi_warn: float = 0.1
+    """PSI from which a column warns: every column's with `lines="absolute"`, the least a
+    column's measured line may be with `"natural"` (as the three below)."""
     psi_fail: float = 0.25
+    """PSI from which a column fails."""
     ks_warn: float = 0.1
+    """KS statistic from which a column warns."""
     ks_fail: float = 0.2
-    """The absolute lines (`ml.drift.ColumnLines`): every column's with `lines="absolute"`, the
-    least a column's measured lines may be with `"natural"`."""
+    """KS statistic from which a column fails."""
     min_rows: int = 50
+    """Fewer scored rows in the window: reported, never an event."""
     lines: Literal["natural", "absolute"] = "natural"
     """`"natural"`: each column (and the score) is judged by how far it moved between windows of
     the model's own training period, measured when the model is exported
@@ -95,6 +100,15 @@ class DriftSettings:
 
     def problem(self) -> tuple[str, str] | None:
         """The field and what is wrong with it, if anything."""
+        if self.window_days < 1:
+            return "drift.window_days", f"{self.window_days} is not >= 1"
+        if self.min_rows < 1:
+            return "drift.min_rows", f"{self.min_rows} is not >= 1"
+        for warn, fail in (("psi_warn", "psi_fail"), ("ks_warn", "ks_fail")):
+            if not 0 <= getattr(self, warn) <= getattr(self, fail):
+                return f"drift.{warn}", f"need 0 <= {warn} <= {fail}"
+        if self.lines not in ("natural", "absolute"):
+            return "drift.lines", f"{self.lines!r} is neither 'natural' nor 'absolute'"
         try:
             self.line_rule()
         except ValueError as error:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from declare.gate import TASKS, GatePolicy, Policy, RegressionGatePolicy
 from declare.policies import DriftSettings, Revisions
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from resources.expectations import TableContract
     from resources.sources import RawSource
 
-TASKS = ("binary", "regression")
 GRAINS = ("event", "entity_day")
 """What one row of an event table is (`EventTable.grain`)."""
 PREDICTED_AT = ("event", "day_start")
@@ -289,10 +289,6 @@ class Slice:
     edges: tuple[float, ...] = ()
     labels: tuple[str, ...] = ()
 
-    def as_config(self) -> dict[str, Any]:
-        return {"name": self.name, "column": self.column, "edges": list(self.edges),
-                "labels": list(self.labels)}  # fmt: skip
-
 
 @dataclass(frozen=True)
 class UseCase:
@@ -314,8 +310,10 @@ class UseCase:
     """The MLflow registered model whose champion alias serves this use case."""
     window: TrainingWindow = field(default_factory=TrainingWindow)
     slices: tuple[Slice, ...] = ()
-    gate: Mapping[str, Any] = field(default_factory=dict)
-    """Overrides of the task's gate policy defaults (`ml.gate`)."""
+    gate: Policy | None = None
+    """The gate a challenger must pass to replace the champion (`declare.gate`): a policy of the
+    label's task. None: the task's default policy, which for a regression judges
+    beats_baseline when a `baseline` is declared (`gate_policy`)."""
     drift: DriftSettings = field(default_factory=DriftSettings)
     prediction: Prediction = field(default_factory=Prediction)
     """When an entity row is predicted, for training as for serving."""
@@ -397,6 +395,13 @@ class UseCase:
                 )
         if self.label.task not in TASKS:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
+        if self.gate is not None and self.gate.task != self.label.task:
+            raise _refuse(
+                self.name,
+                "gate",
+                f"a {self.gate.task} policy ({type(self.gate).__name__}) cannot judge a"
+                f" {self.label.task} label",
+            )
         if self.label.table not in features:
             raise _refuse(self.name, "label.table", f"{self.label.table!r} is no feature table")
         delay = self.label.known_after
@@ -429,6 +434,15 @@ class UseCase:
     def name_for(self, base: str) -> str:
         """The name of this use case's job, schedule, sensor or op `base` (`flights_retrain`)."""
         return f"{self.name}_{base}"
+
+    @property
+    def gate_policy(self) -> Policy:
+        """The policy the gate judges this use case's models by (`gate`, else its default)."""
+        if self.gate is not None:
+            return self.gate
+        if self.label.task == "regression":
+            return RegressionGatePolicy(require_baseline=self.baseline is not None)
+        return GatePolicy()
 
     @property
     def timezone(self) -> str:

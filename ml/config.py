@@ -157,14 +157,20 @@ class FieldSpec:
 
 
 def fields_of(cls: type) -> list[FieldSpec]:
-    """The fields of a config dataclass, in declaration order, with defaults and docstrings."""
+    """The fields of a config dataclass, in declaration order, with defaults and docstrings; a
+    field without a default has `dataclasses.MISSING`."""
     hints = typing.get_type_hints(cls)
     docs = _field_docs(cls)
-    instance = cls()
     return [
-        FieldSpec(f.name, hints[f.name], getattr(instance, f.name), docs.get(f.name, ""))
+        FieldSpec(f.name, hints[f.name], _default(f), docs.get(f.name, ""))
         for f in dataclasses.fields(cls)
     ]
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def _leaves(cls: type, instance: Any, prefix: str):

@@ -1,7 +1,8 @@
 """Whether a challenger model may replace the champion: it must clear an absolute bar and not
 regress against the champion, overall or on any slice both evaluated.
 
-A binary classifier is judged by `GatePolicy` (ROC AUC, calibration and the other probability
+The rules and each task's policy are declared in `declare.gate`. A binary classifier is judged
+by `GatePolicy` (ROC AUC, calibration and the other probability
 metrics, with tolerances in the metrics' own units); a regression by `RegressionGatePolicy`
 (RMSE, MAE and R², lower error is better, with tolerances as fractions of the champion's error,
 so that one policy fits a label of any scale), and optionally against a baseline forecast.
@@ -13,170 +14,17 @@ that could not be computed can never let a model through.
 import datetime as dt
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Literal
 
+from declare.gate import (
+    HIGHER_IS_BETTER,
+    GatePolicy,
+    Policy,
+    RegressionGatePolicy,
+    policy_from_dict,
+)
 from ml.metrics import BinaryMetrics, Evaluation, Metrics, RegressionMetrics, SliceMetrics
-from ml.task import BINARY, REGRESSION
-
-RULES = ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression")
-"""The rules a binary classifier is judged by, in order."""
-REGRESSION_RULES = (*RULES, "beats_baseline")
-"""The rules a regression is judged by, in order."""
-
-HIGHER_IS_BETTER = {"roc_auc": True, "average_precision": True, "log_loss": False, "brier": False}
-"""The metrics the no_regression rule can compare, and which way is better for each."""
-
-
-@dataclass(frozen=True)
-class GatePolicy:
-    """The gate of a binary classifier."""
-
-    task: ClassVar[str] = BINARY.name
-    rule_names: ClassVar[tuple[str, ...]] = RULES
-
-    min_roc_auc: float = 0.65
-    """Absolute floor of the challenger's overall ROC AUC."""
-    max_calibration_error: float = 0.1
-    """Absolute ceiling of the challenger's overall expected calibration error."""
-    compared_metrics: tuple[str, ...] = ("roc_auc", "average_precision", "log_loss", "brier")
-    """Overall metrics that must not be worse than the champion's beyond their tolerance; each
-    one's direction is in `HIGHER_IS_BETTER` and its tolerance in the field below."""
-    max_roc_auc_drop: float = 0.005
-    """How far the overall ROC AUC may fall below the champion's."""
-    max_average_precision_drop: float = 0.01
-    """How far the overall average precision may fall below the champion's."""
-    max_log_loss_rise: float = 0.005
-    """How far the overall log loss may rise above the champion's."""
-    max_brier_rise: float = 0.002
-    """How far the overall Brier score may rise above the champion's."""
-    max_slice_roc_auc_drop: float = 0.03
-    """How far the ROC AUC of any slice value evaluated for both models may fall."""
-    min_slice_rows: int = 200
-    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
-        for name in ("min_roc_auc", "max_calibration_error"):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise ValueError(f"{name}={value}: must lie in [0, 1]")
-        for name in (
-            "max_roc_auc_drop",
-            "max_average_precision_drop",
-            "max_log_loss_rise",
-            "max_brier_rise",
-            "max_slice_roc_auc_drop",
-        ):
-            value = getattr(self, name)
-            if not 0 <= value < math.inf:
-                raise ValueError(f"{name}={value}: must be finite and not negative")
-        if self.min_slice_rows < 1:
-            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
-        unknown = [m for m in self.compared_metrics if m not in HIGHER_IS_BETTER]
-        if unknown or not self.compared_metrics:
-            raise ValueError(
-                f"compared_metrics={self.compared_metrics}: "
-                f"must be some of {tuple(HIGHER_IS_BETTER)}"
-            )
-        if len(set(self.compared_metrics)) != len(self.compared_metrics):
-            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
-
-    def tolerance(self, metric: str) -> float:
-        """How much worse than the champion's `metric` may be, in its own units."""
-        suffix = "drop" if HIGHER_IS_BETTER[metric] else "rise"
-        return getattr(self, f"max_{metric}_{suffix}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "compared_metrics": list(self.compared_metrics)}
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "GatePolicy":
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-
-
-LOWER_IS_BETTER = ("rmse", "mae")
-"""The regression metrics the no_regression rule can compare: errors, lower is better."""
-
-
-@dataclass(frozen=True)
-class RegressionGatePolicy:
-    """The gate of a regression. Ceilings and floors are in the label's units (R² has none);
-    the tolerances against the champion are fractions of the champion's error."""
-
-    task: ClassVar[str] = REGRESSION.name
-    rule_names: ClassVar[tuple[str, ...]] = REGRESSION_RULES
-
-    max_rmse: float | None = None
-    """Absolute ceiling of the challenger's overall RMSE; None: not judged."""
-    max_mae: float | None = None
-    """Absolute ceiling of the challenger's overall MAE; None: not judged."""
-    min_r2: float | None = 0.0
-    """Absolute floor of the challenger's overall R² (0 is as good as predicting the test rows'
-    mean); None: not judged."""
-    compared_metrics: tuple[str, ...] = LOWER_IS_BETTER
-    """Overall errors that must not rise above the champion's beyond their tolerance."""
-    max_rmse_rise_fraction: float = 0.02
-    """How far the overall RMSE may rise above the champion's, as a fraction of the champion's."""
-    max_mae_rise_fraction: float = 0.02
-    """How far the overall MAE may rise above the champion's, as a fraction of the champion's."""
-    max_slice_rmse_rise_fraction: float = 0.1
-    """How far the RMSE of any slice value judged for both models may rise, as a fraction of
-    the champion's RMSE on that slice value."""
-    min_slice_rows: int = 200
-    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
-    require_baseline: bool = False
-    """Whether beats_baseline is judged: the challenger's RMSE must be below the baseline
-    forecast's on the rows the forecast covers, and an evaluation without a baseline fails."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
-        for name in ("max_rmse", "max_mae"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value < math.inf:
-                raise ValueError(f"{name}={value}: must be finite and positive, or None")
-        if self.min_r2 is not None and not -math.inf < self.min_r2 <= 1:
-            raise ValueError(f"min_r2={self.min_r2}: must be finite and at most 1, or None")
-        for name in (
-            "max_rmse_rise_fraction",
-            "max_mae_rise_fraction",
-            "max_slice_rmse_rise_fraction",
-        ):
-            value = getattr(self, name)
-            if not 0 <= value < math.inf:
-                raise ValueError(f"{name}={value}: must be finite and not negative")
-        if self.min_slice_rows < 1:
-            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
-        unknown = [m for m in self.compared_metrics if m not in LOWER_IS_BETTER]
-        if unknown or not self.compared_metrics:
-            raise ValueError(
-                f"compared_metrics={self.compared_metrics}: must be some of {LOWER_IS_BETTER}"
-            )
-        if len(set(self.compared_metrics)) != len(self.compared_metrics):
-            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
-
-    def tolerance(self, metric: str) -> float:
-        """How far `metric` may rise above the champion's, as a fraction of the champion's."""
-        return getattr(self, f"max_{metric}_rise_fraction")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task, **asdict(self), "compared_metrics": list(self.compared_metrics)}
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "RegressionGatePolicy":
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-
-
-Policy = GatePolicy | RegressionGatePolicy
-"""A gate policy of any task."""
-
-
-def policy_from_dict(values: dict[str, Any]) -> Policy:
-    """The policy of a `to_dict` output: a regression policy names its task; a dict that names
-    none is a binary one."""
-    if values.get("task", BINARY.name) == REGRESSION.name:
-        return RegressionGatePolicy.from_dict(values)
-    return GatePolicy.from_dict(values)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from typing import Literal
 import pandas as pd
 
 from declare import TASKS, TrainingWindow
-from ml.gate import GatePolicy, RegressionGatePolicy
+from declare.gate import GatePolicy, RegressionGatePolicy
 from resources.sources import UTC_OFFSET
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -623,6 +623,7 @@ def _declaration(layout: Layout) -> dict[str, str]:
         "window_days": str(days),
         **{f"window_{part}": day for part, day in window.items()},
         "slice_example": example,
+        "gate_class": policy.__name__,
         "gate_defaults": defaults,
         "baseline": baseline,
     }

@@ -13,7 +13,8 @@ import pytest
 from benchmarks.large_drop import scaled_day
 from benchmarks.lifecycle_scale import gate_verdict, prepare
 from benchmarks.plain_lifecycle import EVENT_TIMESTAMP, DayRefused, View, checked, point_in_time
-from ml.gate import GatePolicy, decide
+from declare.gate import GatePolicy
+from ml.gate import decide
 from ml.metrics import BinaryMetrics, Evaluation
 from usecases.flights import USE_CASE
 from usecases.flights.contracts import FLIGHTS, OUTCOME_COLUMNS, WEATHER

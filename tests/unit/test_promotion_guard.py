@@ -11,7 +11,8 @@ import pytest
 
 from assets.deployment import OnnxModel, promotion_refusal
 from assets.evaluation import ModelEvaluation
-from ml.gate import GatePolicy, decide
+from declare.gate import GatePolicy
+from ml.gate import decide
 from ml.metrics import evaluate
 
 pytestmark = pytest.mark.unit

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from declare.gate import RegressionGatePolicy
 from ml.config import TrainConfig
 from ml.export import export, parity
-from ml.gate import RegressionGatePolicy, decide
+from ml.gate import decide
 from ml.metrics import RegressionMetrics, SliceSpec, evaluate, regression_metrics
 from ml.predict import Scorer, score_to_parquet
 from ml.task import REGRESSION

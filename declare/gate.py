@@ -1,0 +1,222 @@
+"""The gate a challenger model must pass to replace the champion, declared: its rules, in one
+registry, and each task's policy (floors, ceilings and tolerances), defined once.
+
+The rules are judged by `ml.gate.decide`; each is a blocking check of `model_evaluation` whose
+description in the UI is the rule's `checks` below. A use case declares its policy
+(`UseCase.gate`); the launchpad's `model_evaluation` config is derived from these fields.
+"""
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+TASKS = ("binary", "regression")
+"""What a use case's label can be: a binary outcome, or a number."""
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """One rule of the gate."""
+
+    name: str
+    """The check's name on `model_evaluation`, and the rule's in the gate report and MLflow."""
+    checks: str
+    """What passes, one sentence: the check's description in the UI."""
+    reads: str
+    """What the rule compares."""
+    tasks: tuple[str, ...] = TASKS
+    """The tasks whose gate has this rule."""
+
+
+GATE_RULES = (
+    GateRule(
+        "finite_metrics",
+        "No metric of the challenger, overall or on a slice, is NaN or infinite.",
+        "the challenger's metrics, overall and on every judged slice value",
+    ),
+    GateRule(
+        "absolute_floor",
+        "The challenger clears the absolute bar (binary: ROC AUC floor, calibration error"
+        " ceiling; regression: RMSE/MAE ceilings, R² floor).",
+        "the challenger's overall metrics against the policy's floors and ceilings",
+    ),
+    GateRule(
+        "no_regression",
+        "The challenger is not worse than the champion beyond the tolerance.",
+        "the compared overall metrics of the challenger and the champion, on the same rows",
+    ),
+    GateRule(
+        "no_slice_regression",
+        "No slice with enough rows regresses against the champion.",
+        "the ROC AUC (binary) or RMSE (regression) of every slice value both evaluated",
+    ),
+    GateRule(
+        "beats_baseline",
+        "The challenger's RMSE is below the declared baseline forecast's.",
+        "the RMSE of the challenger and of the baseline forecast on the rows it covers",
+        tasks=("regression",),
+    ),
+)
+"""Every rule of the gate, in the order it is judged."""
+
+
+def rule_names(task: str) -> tuple[str, ...]:
+    """The names of the rules a model of `task` is judged by, in order."""
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is not one of {TASKS}")
+    return tuple(rule.name for rule in GATE_RULES if task in rule.tasks)
+
+
+HIGHER_IS_BETTER = {"roc_auc": True, "average_precision": True, "log_loss": False, "brier": False}
+"""The metrics the no_regression rule can compare, and which way is better for each."""
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """The gate of a binary classifier."""
+
+    task: ClassVar[str] = "binary"
+    rule_names: ClassVar[tuple[str, ...]] = rule_names("binary")
+
+    min_roc_auc: float = 0.65
+    """Absolute floor of the challenger's overall ROC AUC."""
+    max_calibration_error: float = 0.1
+    """Absolute ceiling of the challenger's overall expected calibration error."""
+    compared_metrics: tuple[str, ...] = ("roc_auc", "average_precision", "log_loss", "brier")
+    """Overall metrics that must not be worse than the champion's beyond their tolerance; each
+    one's direction is in `HIGHER_IS_BETTER` and its tolerance in the field below."""
+    max_roc_auc_drop: float = 0.005
+    """How far the overall ROC AUC may fall below the champion's."""
+    max_average_precision_drop: float = 0.01
+    """How far the overall average precision may fall below the champion's."""
+    max_log_loss_rise: float = 0.005
+    """How far the overall log loss may rise above the champion's."""
+    max_brier_rise: float = 0.002
+    """How far the overall Brier score may rise above the champion's."""
+    max_slice_roc_auc_drop: float = 0.03
+    """How far the ROC AUC of any slice value evaluated for both models may fall."""
+    min_slice_rows: int = 200
+    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
+        for name in ("min_roc_auc", "max_calibration_error"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name}={value}: must lie in [0, 1]")
+        for name in (
+            "max_roc_auc_drop",
+            "max_average_precision_drop",
+            "max_log_loss_rise",
+            "max_brier_rise",
+            "max_slice_roc_auc_drop",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and not negative")
+        if self.min_slice_rows < 1:
+            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        unknown = [m for m in self.compared_metrics if m not in HIGHER_IS_BETTER]
+        if unknown or not self.compared_metrics:
+            raise ValueError(
+                f"compared_metrics={self.compared_metrics}: "
+                f"must be some of {tuple(HIGHER_IS_BETTER)}"
+            )
+        if len(set(self.compared_metrics)) != len(self.compared_metrics):
+            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
+
+    def tolerance(self, metric: str) -> float:
+        """How much worse than the champion's `metric` may be, in its own units."""
+        suffix = "drop" if HIGHER_IS_BETTER[metric] else "rise"
+        return getattr(self, f"max_{metric}_{suffix}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compared_metrics": list(self.compared_metrics)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "GatePolicy":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+LOWER_IS_BETTER = ("rmse", "mae")
+"""The regression metrics the no_regression rule can compare: errors, lower is better."""
+
+
+@dataclass(frozen=True)
+class RegressionGatePolicy:
+    """The gate of a regression. Ceilings and floors are in the label's units (R² has none);
+    the tolerances against the champion are fractions of the champion's error."""
+
+    task: ClassVar[str] = "regression"
+    rule_names: ClassVar[tuple[str, ...]] = rule_names("regression")
+
+    max_rmse: float | None = None
+    """Absolute ceiling of the challenger's overall RMSE; None: not judged."""
+    max_mae: float | None = None
+    """Absolute ceiling of the challenger's overall MAE; None: not judged."""
+    min_r2: float | None = 0.0
+    """Absolute floor of the challenger's overall R² (0 is as good as predicting the test rows'
+    mean); None: not judged."""
+    compared_metrics: tuple[str, ...] = LOWER_IS_BETTER
+    """Overall errors that must not rise above the champion's beyond their tolerance."""
+    max_rmse_rise_fraction: float = 0.02
+    """How far the overall RMSE may rise above the champion's, as a fraction of the champion's."""
+    max_mae_rise_fraction: float = 0.02
+    """How far the overall MAE may rise above the champion's, as a fraction of the champion's."""
+    max_slice_rmse_rise_fraction: float = 0.1
+    """How far the RMSE of any slice value judged for both models may rise, as a fraction of
+    the champion's RMSE on that slice value."""
+    min_slice_rows: int = 200
+    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+    require_baseline: bool = False
+    """Whether beats_baseline is judged: the challenger's RMSE must be below the baseline
+    forecast's on the rows the forecast covers, and an evaluation without a baseline fails."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
+        for name in ("max_rmse", "max_mae"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and positive, or None")
+        if self.min_r2 is not None and not -math.inf < self.min_r2 <= 1:
+            raise ValueError(f"min_r2={self.min_r2}: must be finite and at most 1, or None")
+        for name in (
+            "max_rmse_rise_fraction",
+            "max_mae_rise_fraction",
+            "max_slice_rmse_rise_fraction",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and not negative")
+        if self.min_slice_rows < 1:
+            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        unknown = [m for m in self.compared_metrics if m not in LOWER_IS_BETTER]
+        if unknown or not self.compared_metrics:
+            raise ValueError(
+                f"compared_metrics={self.compared_metrics}: must be some of {LOWER_IS_BETTER}"
+            )
+        if len(set(self.compared_metrics)) != len(self.compared_metrics):
+            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
+
+    def tolerance(self, metric: str) -> float:
+        """How far `metric` may rise above the champion's, as a fraction of the champion's."""
+        return getattr(self, f"max_{metric}_rise_fraction")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, **asdict(self), "compared_metrics": list(self.compared_metrics)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "RegressionGatePolicy":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+Policy = GatePolicy | RegressionGatePolicy
+"""A gate policy of any task."""
+
+
+def policy_from_dict(values: dict[str, Any]) -> Policy:
+    """The policy of a `to_dict` output: a regression policy names its task; a dict that names
+    none is a binary one."""
+    if values.get("task", "binary") == "regression":
+        return RegressionGatePolicy.from_dict(values)
+    return GatePolicy.from_dict(values)
