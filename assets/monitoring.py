@@ -22,7 +22,7 @@ from assets.config import config_class
 from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
-from declare import DriftSettings, UseCase
+from declare import DecayPolicy, DriftSettings, UseCase
 from resources.feature_store import FeastFeatureStore
 from resources.lake import LakeFiles, ParquetLake, write_text_atomically
 from resources.serving import DATA_THROUGH_TAG, ModelServing
@@ -277,27 +277,17 @@ def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-class RealizedPerformanceConfig(dg.Config):
-    window_days: int = Field(
-        default=7, ge=1, description="Days of the trailing window judged, ending with the day."
+def realized_config(case: UseCase) -> type[dg.Config]:
+    """`realized_performance`'s config for a use case: its declared `declare.DecayPolicy`."""
+    return config_class(
+        DecayPolicy, f"RealizedPerformanceConfig_{case.name}", case.realized, skip=("metric",)
     )
-    max_drop: float = Field(
-        default=0.1,
-        gt=0,
-        lt=1,
-        description=(
-            "Fails when the window's realized metric (ROC AUC; RMSE for a regression) is worse"
-            " than the model's test figure by more than this fraction of it."
-        ),
-    )
-    level: float = Field(default=0.95, gt=0, lt=1, description="Bootstrap interval coverage.")
-    samples: int = Field(default=400, ge=10, description="Bootstrap resamples (seeded).")
-    min_rows: int = Field(default=50, ge=1, description="Fewer labelled rows: not judged.")
 
 
 def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     label = case.label
     key = asset_key(case, "realized_performance")
+    config_type = realized_config(case)
 
     @_monitor(
         case,
@@ -321,7 +311,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
     )
     def realized_performance(
         context: dg.AssetExecutionContext,
-        config: RealizedPerformanceConfig,
+        config: config_type,  # type: ignore[valid-type]  # a class built for the use case
         serving: ModelServing,
         lake_files: LakeFiles,
     ):
@@ -329,7 +319,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
 
         from ml import plots
         from ml.metrics import SliceSpec
-        from ml.realized import DecayPolicy, realized
+        from ml.realized import realized
 
         day = dt.date.fromisoformat(context.partition_key)
         lake = ParquetLake(root=lake_files.root)
@@ -345,14 +335,12 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
         model = serving.registry.version(case.registered_model, version)
         tested = serving.test_metrics(model)
         threshold = tested.get("threshold") if label.task == "binary" else None
-        policy = DecayPolicy.for_task(
-            label.task,
-            max_drop=config.max_drop,
-            level=config.level,
-            samples=config.samples,
-            min_rows=config.min_rows,
-        )
-        earlier = [day - dt.timedelta(days=n) for n in range(config.window_days - 1, 0, -1)]
+        try:
+            policy = dataclasses.replace(case.realized, **config.model_dump())
+        except ValueError as error:
+            raise dg.Failure(f"realized_performance config: {error}", allow_retries=False) from None
+        metric = policy.metric_for(label.task)
+        earlier = [day - dt.timedelta(days=n) for n in range(policy.window_days - 1, 0, -1)]
         frames = [
             f
             for d in earlier
@@ -383,7 +371,7 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
             )
 
         of_day, of_window = judged(today, []), judged(window, slices)
-        if covered < config.window_days:
+        if covered < policy.window_days:
             # A test figure pools several days, and a pooled figure mixes the days' differences
             # in: it is not comparable with fewer days than the window, nor is one day's.
             of_window = dataclasses.replace(
@@ -391,17 +379,17 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 overall=dataclasses.replace(
                     of_window.overall,
                     verdict="not_judged",
-                    reason=f"{covered} of {config.window_days} days predicted by v{version}: "
+                    reason=f"{covered} of {policy.window_days} days predicted by v{version}: "
                     + of_window.overall.reason,
                 ),
             )
-        first = (day - dt.timedelta(days=config.window_days - 1)).isoformat()
+        first = (day - dt.timedelta(days=policy.window_days - 1)).isoformat()
         span = f"[{first}, {day + dt.timedelta(days=1)})"
         document = {
             "partition": day.isoformat(),
             "model": f"{case.registered_model} v{version}",
             "window": span,
-            "tested": {policy.metric: tested.get(policy.metric)},
+            "tested": {metric: tested.get(metric)},
             "day": of_day.to_dict(),
             "trailing_window": of_window.to_dict(),
         }
@@ -424,34 +412,32 @@ def _realized_performance(case: UseCase) -> dg.AssetsDefinition:
                 CHAMPION_VERSION: version,
                 CHAMPION_DATA_THROUGH: model.tags.get(DATA_THROUGH_TAG, ""),
                 "model": f"{case.registered_model} v{version}",
-                "metric": policy.metric,
-                "tested": figure(tested.get(policy.metric)),
+                "metric": metric,
+                "tested": figure(tested.get(metric)),
                 "day_rows": measured_day.rows,
-                "min_rows": config.min_rows,  # fewer: the figure is not judged (nor shown)
-                f"day_{policy.metric}": figure(measured_day.value),
-                f"day_{policy.metric}_interval": dg.MetadataValue.json(
+                "min_rows": policy.min_rows,  # fewer: the figure is not judged (nor shown)
+                f"day_{metric}": figure(measured_day.value),
+                f"day_{metric}_interval": dg.MetadataValue.json(
                     [figure(measured_day.low), figure(measured_day.high)]
                 ),
                 "window": span,
                 "window_rows": measured.rows,
-                f"window_{policy.metric}": figure(measured.value),
-                f"window_{policy.metric}_interval": dg.MetadataValue.json(
+                f"window_{metric}": figure(measured.value),
+                f"window_{metric}_interval": dg.MetadataValue.json(
                     [figure(measured.low), figure(measured.high)]
                 ),
                 "verdict": verdict,
                 "reason": of_window.overall.reason,
                 "over_time_plot": markdown_image(
-                    f"{policy.metric} over time",
-                    plots.realized_over_time(history, tested.get(policy.metric), policy.metric),
+                    f"{metric} over time",
+                    plots.realized_over_time(history, tested.get(metric), metric),
                 ),
-                "slices": dg.MetadataValue.md(_slice_table(of_window.slices, policy.metric)),
+                "slices": dg.MetadataValue.md(_slice_table(of_window.slices, metric)),
                 **(
                     {
                         "slices_plot": markdown_image(
-                            f"{policy.metric} per slice",
-                            plots.realized_slices(
-                                of_window.slices, tested.get(policy.metric), policy.metric
-                            ),
+                            f"{metric} per slice",
+                            plots.realized_slices(of_window.slices, tested.get(metric), metric),
                         )
                     }
                     if of_window.slices

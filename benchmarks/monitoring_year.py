@@ -103,12 +103,12 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
 
     from assets import asset_key
     from assets.monitoring import predicted_outcomes
-    from ml.realized import DecayPolicy
+    from ml.realized import measured
     from resources.lake import LakeFiles, ParquetLake
 
     lake_files = LakeFiles(root=str(home / "lake"))
     lake = ParquetLake(root=lake_files.root)
-    policy = DecayPolicy.for_task(case.label.task)
+    policy = case.realized.for_task(case.label.task)
     output = "probability" if case.label.task == "binary" else "prediction"
     by_month: dict[str, list[str]] = defaultdict(list)
     for day in days:
@@ -134,7 +134,8 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
         rows = pd.concat(joined, ignore_index=True) if joined else pd.DataFrame()
         threshold = 0.5 if case.label.task == "binary" else None  # ROC AUC ignores it
         measured = (
-            policy.measure(
+            measured(
+                policy,
                 rows[case.label.column].to_numpy(dtype="float64"),
                 rows[output].to_numpy(dtype="float64"),
                 case.label.task,

@@ -8,7 +8,7 @@ reads on its own.
 """
 
 from declare.gate import GATE_RULES, TASKS, GatePolicy, GateRule, RegressionGatePolicy
-from declare.policies import DriftSettings, LineRule, Revisions
+from declare.policies import DecayPolicy, DriftSettings, LineRule, Revisions
 from declare.usecase import (
     PREDICTED_AT,
     SPLIT_DAYS,
@@ -36,6 +36,7 @@ __all__ = [
     "TASKS",
     "DailyPartitions",
     "Day",
+    "DecayPolicy",
     "DeclarationError",
     "Dimension",
     "DriftSettings",

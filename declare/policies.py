@@ -2,7 +2,7 @@
 day may fall short of the last good one. Plain frozen dataclasses, checked when they are made."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 METHODS = ("deviations", "quantiles")
@@ -114,3 +114,56 @@ class DriftSettings:
         except ValueError as error:
             return ("drift.rule" if self.rule not in METHODS else "drift.warn_at"), str(error)
         return None
+
+
+REALIZED_METRICS = {
+    **dict.fromkeys(("roc_auc", "average_precision", "accuracy", "f1", "r2"), True),
+    **dict.fromkeys(("log_loss", "brier", "calibration_error", "rmse", "mae"), False),
+}
+"""The metrics realized performance can judge, and whether higher is better for each."""
+
+
+@dataclass(frozen=True)
+class DecayPolicy:
+    """How `realized_performance` judges what a model's predictions realized, once their outcomes
+    are known, against the model's own test figure (`ml.realized`)."""
+
+    metric: str | None = None
+    """The metric judged; None: the task's (`roc_auc` for a binary model, `rmse` for a
+    regression)."""
+    max_drop: float = 0.1
+    """The relative degradation that fails: a realized figure worse than the test figure by more
+    than this fraction of it (0.1: a ROC AUC under 0.9 times the tested one, an RMSE over 1.1
+    times it)."""
+    level: float = 0.95
+    """The bootstrap interval's coverage."""
+    samples: int = 400
+    """Bootstrap resamples (seeded: the same rows give the same interval)."""
+    min_rows: int = 50
+    """Fewer labelled rows: reported, not judged."""
+    seed: int = 0
+    """Seeds the bootstrap's resampling."""
+    window_days: int = 7
+    """Days of the trailing window judged, ending with the day."""
+
+    def __post_init__(self) -> None:
+        if self.metric is not None and self.metric not in REALIZED_METRICS:
+            raise ValueError(f"metric {self.metric!r}: one of {sorted(REALIZED_METRICS)}")
+        if not 0 < self.max_drop < 1:
+            raise ValueError(f"max_drop={self.max_drop}: must lie in (0, 1)")
+        if not 0 < self.level < 1:
+            raise ValueError(f"level={self.level}: must lie in (0, 1)")
+        if self.samples < 10 or self.min_rows < 1:
+            raise ValueError("samples must be >= 10 and min_rows >= 1")
+        if self.window_days < 1:
+            raise ValueError(f"window_days={self.window_days}: must be >= 1")
+
+    def metric_for(self, task: str) -> str:
+        """The metric judged for a model of `task`: `metric`, else the task's."""
+        if self.metric is not None:
+            return self.metric
+        return "roc_auc" if task == "binary" else "rmse"
+
+    def for_task(self, task: str) -> "DecayPolicy":
+        """This policy with its metric named (`metric_for`)."""
+        return replace(self, metric=self.metric_for(task))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from declare.gate import TASKS, GatePolicy, Policy, RegressionGatePolicy
-from declare.policies import DriftSettings, Revisions
+from declare.policies import DecayPolicy, DriftSettings, Revisions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -315,6 +315,9 @@ class UseCase:
     label's task. None: the task's default policy, which for a regression judges
     beats_baseline when a `baseline` is declared (`gate_policy`)."""
     drift: DriftSettings = field(default_factory=DriftSettings)
+    realized: DecayPolicy = field(default_factory=DecayPolicy)
+    """How the realized performance of its predictions is judged against the model's test
+    figure, once their outcomes are known."""
     prediction: Prediction = field(default_factory=Prediction)
     """When an entity row is predicted, for training as for serving."""
     training: Mapping[str, Any] = field(default_factory=dict)

@@ -26,57 +26,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from declare.policies import REALIZED_METRICS, DecayPolicy
 from ml.metrics import Evaluation, SliceSpec, binary_metrics, regression_metrics, roc_auc
 from ml.task import BINARY, task_named
 
 Verdict = Literal["ok", "decayed", "failed", "not_judged"]
-HIGHER_IS_BETTER = {
-    **dict.fromkeys(("roc_auc", "average_precision", "accuracy", "f1", "r2"), True),
-    **dict.fromkeys(("log_loss", "brier", "calibration_error", "rmse", "mae"), False),
-}
-"""Which way each judged metric improves."""
-
-
-@dataclass(frozen=True)
-class DecayPolicy:
-    """How realized performance is judged against the test figure."""
-
-    metric: str
-    """The metric judged (`roc_auc` for a binary model, `rmse` for a regression, by default)."""
-    max_drop: float = 0.1
-    """The relative degradation that fails: a realized figure worse than the test figure by more
-    than this fraction of it (0.1: a ROC AUC under 0.9 times the tested one, an RMSE over 1.1
-    times it)."""
-    level: float = 0.95
-    """The bootstrap interval's coverage."""
-    samples: int = 400
-    """Bootstrap resamples (seeded: the same rows give the same interval)."""
-    min_rows: int = 50
-    """Fewer rows: reported, not judged."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.metric not in HIGHER_IS_BETTER:
-            raise ValueError(f"metric {self.metric!r}: one of {sorted(HIGHER_IS_BETTER)}")
-        if not 0 < self.max_drop < 1:
-            raise ValueError(f"max_drop={self.max_drop}: must lie in (0, 1)")
-        if not 0 < self.level < 1:
-            raise ValueError(f"level={self.level}: must lie in (0, 1)")
-        if self.samples < 10 or self.min_rows < 1:
-            raise ValueError("samples must be >= 10 and min_rows >= 1")
-
-    def measure(
-        self, labels: np.ndarray, scores: np.ndarray, task: str, threshold: float | None
-    ) -> "Measured":
-        """The judged metric on these rows, with this policy's bootstrap interval."""
-        return measure(
-            labels, scores, self.metric, task, threshold, self.samples, self.level, self.seed
-        )
-
-    @classmethod
-    def for_task(cls, task: str, **overrides) -> "DecayPolicy":
-        metric = "roc_auc" if task_named(task) == BINARY else "rmse"
-        return cls(**{"metric": metric, **overrides})
 
 
 @dataclass(frozen=True)
@@ -122,6 +76,20 @@ class RealizedReport:
             "metrics": self.metrics,
             "slices": self.slices,
         }
+
+
+def measured(
+    policy: DecayPolicy,
+    labels: np.ndarray,
+    scores: np.ndarray,
+    task: str,
+    threshold: float | None,
+) -> Measured:
+    """The policy's metric (for `task`) on these rows, with the policy's bootstrap interval."""
+    metric = policy.metric_for(task)
+    return measure(
+        labels, scores, metric, task, threshold, policy.samples, policy.level, policy.seed
+    )
 
 
 def measure(
@@ -189,7 +157,7 @@ def judge(measured: Measured, expected: float, metric: str, policy: DecayPolicy)
         return Judged(measured, expected, "not_judged", f"{measured.rows} rows < {policy.min_rows}")
     if not (math.isfinite(measured.value) and math.isfinite(expected)):
         return Judged(measured, expected, "not_judged", f"{metric} is undefined on these rows")
-    higher = HIGHER_IS_BETTER[metric]
+    higher = REALIZED_METRICS[metric]
     worse_by = (expected - measured.value) if higher else (measured.value - expected)
     budget = policy.max_drop * abs(expected)
     figures = (
@@ -225,8 +193,9 @@ def realized(
     scores = np.asarray(scores, dtype="float64")
     if len(labels) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
-    overall = policy.measure(labels, scores, task, threshold)
-    judged = judge(overall, float(expected.get(policy.metric, math.nan)), policy.metric, policy)
+    metric = policy.metric_for(task)
+    overall = measured(policy, labels, scores, task, threshold)
+    judged = judge(overall, float(expected.get(metric, math.nan)), metric, policy)
     metrics: dict[str, float] = {}
     if len(labels):
         if binary:
@@ -242,9 +211,9 @@ def realized(
         values = spec.values(frame[spec.column])
         for value in sorted(set(values)):
             inside = values == value
-            found = policy.measure(labels[inside], scores[inside], task, threshold)
+            found = measured(policy, labels[inside], scores[inside], task, threshold)
             rows.append({"slice": spec.name, "group": value, **asdict(found)})
-    return RealizedReport(policy.metric, judged, metrics, rows)
+    return RealizedReport(metric, judged, metrics, rows)
 
 
 def _metric(

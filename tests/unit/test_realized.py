@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from declare.policies import DecayPolicy
 from ml.metrics import SliceSpec, binary_metrics
-from ml.realized import DecayPolicy, judge, measure, realized
+from ml.realized import judge, measure, realized
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ def scored_day(rows: int = 2000, signal: float = 1.5, seed: int = 3):
     return labels, 1 / (1 + np.exp(-logits))
 
 
-POLICY = DecayPolicy.for_task("binary")
+POLICY = DecayPolicy().for_task("binary")
 
 
 def test_the_model_as_tested_passes_and_a_shuffled_one_fails():
@@ -72,7 +73,7 @@ def test_a_regression_is_judged_by_its_rmse_rising():
     rng = np.random.default_rng(0)
     labels = rng.normal(10, 3, 500)
     good = labels + rng.normal(0, 1, 500)
-    policy = DecayPolicy.for_task("regression")
+    policy = DecayPolicy().for_task("regression")
     assert policy.metric == "rmse"
     tested = float(np.sqrt(np.mean((good - labels) ** 2)))
     assert realized(labels, good, "regression", {"rmse": tested}, policy).overall.verdict == "ok"
