@@ -297,3 +297,34 @@ def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(monke
     drops = source(USE_CASE)
     assert isinstance(drops, DropFolderSource)
     assert (drops.settle_s, drops.completion_suffix) == (30.0, ".done")
+
+
+def test_the_ui_shows_the_definitions_the_snapshot_holds():
+    """What the UI shows (assets, checks, jobs, schedules, sensors, launchpad configs) changes
+    only on purpose: a reshaping of the code leaves tests/definitions.json as it is."""
+    from tests.definitions_snapshot import SNAPSHOT, snapshot
+
+    held = json.loads(SNAPSHOT.read_text())
+    now = snapshot()
+    changed = sorted(
+        f"{part}: {name}"
+        for part in held.keys() | now.keys()
+        for name in _names(held.get(part)) | _names(now.get(part))
+        if _entry(held.get(part), name) != _entry(now.get(part), name)
+    )
+    assert not changed, (
+        f"the Definitions differ from tests/definitions.json in {changed}; if on purpose,"
+        " rewrite it: python -m tests.definitions_snapshot --write"
+    )
+
+
+def _names(part) -> set[str]:
+    if isinstance(part, dict):
+        return set(part)
+    return {json.dumps(item) for item in part or []}
+
+
+def _entry(part, name: str):
+    if isinstance(part, dict):
+        return part.get(name)
+    return name in {json.dumps(item) for item in part or []}
