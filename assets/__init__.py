@@ -8,7 +8,9 @@ them again. A full collection over them is ~50 ms, a fifth of what loading the d
 after `import dagster` (docs/benchmarks.md, P1).
 """
 
+import functools
 import gc
+import importlib
 import inspect
 import math
 import numbers
@@ -16,6 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+
+from ml.results import FilePath, Link, Markdown, image
 
 if TYPE_CHECKING:
     from declare import UseCase
@@ -42,6 +46,66 @@ def daily_partitions(case: "UseCase") -> dg.DailyPartitionsDefinition:
     return dg.DailyPartitionsDefinition(
         start_date=days.start, end_date=days.end, timezone=days.timezone, fmt="%Y-%m-%d"
     )
+
+
+class ResultType(dg.DagsterType):
+    """The Dagster type of an `ml/` result that crosses stages, named by its dotted path: its
+    module (which may import numpy or pandas) is imported only when a step checks or loads a
+    value, never when the definitions load. The `documents` IO manager loads a stored result
+    back through `load_document`."""
+
+    def __init__(self, path: str) -> None:
+        module, name = path.rsplit(".", 1)
+        self.result_path = path
+        super().__init__(
+            type_check_fn=lambda _, value: isinstance(value, self.python_type()),
+            name=name,
+            description=f"`{path}`, stored as a JSON document.",
+        )
+        self._module, self._name = module, name
+
+    def python_type(self) -> type:
+        return getattr(importlib.import_module(self._module), self._name)
+
+    def load_document(self, document: Mapping[str, Any]) -> Any:
+        kind = self.python_type()
+        if hasattr(kind, "from_document"):
+            return kind.from_document(document)
+        from resources.lake import from_document
+
+        return from_document(kind, document)
+
+
+@functools.cache
+def result_type(path: str) -> ResultType:
+    """The one `ResultType` of the result class at `path` (Dagster refuses two types of a name)."""
+    return ResultType(path)
+
+
+def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata an `ml/` result describes itself with (`result.metadata()`), as Dagster shows
+    it: `ml.results.Markdown` as Markdown, `Link` as a URL, `FilePath` as a path, mappings and
+    lists as JSON, floats rounded (`figure`); text and whole numbers as they are."""
+    shown: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Markdown):
+            shown[key] = dg.MetadataValue.md(str(value))
+        elif isinstance(value, Link):
+            shown[key] = dg.MetadataValue.url(str(value))
+        elif isinstance(value, FilePath):
+            shown[key] = dg.MetadataValue.path(str(value))
+        elif isinstance(value, Mapping | list | tuple):
+            shown[key] = dg.MetadataValue.json(value)
+        elif isinstance(value, float):
+            shown[key] = figure(value)
+        else:
+            shown[key] = value
+    return shown
+
+
+def markdown_image(title: str, png: bytes) -> dg.MetadataValue:
+    """A PNG shown in an asset's metadata."""
+    return dg.MetadataValue.md(image(title, png))
 
 
 def with_inputs(fn: Callable[..., Any], inputs: Mapping[str, Any]) -> Callable[..., Any]:

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key
-from assets.evaluation import GATE_REPORT, ModelEvaluation
+from assets import EXTERNAL_RETRY, asset_key, result_type
 from assets.pods import EVALUATION as EVALUATION_POD
 from assets.pods import SMALL
-from assets.training import TrainedRun
 from declare import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
@@ -35,7 +33,12 @@ from resources.serving import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ml.evaluate import ModelEvaluation
+
 DEPLOYMENT = "deployment"
+EVALUATION_TYPE = result_type("ml.evaluate.ModelEvaluation")
+GATE_REPORT = "gate_report.json"
+"""The gate's decision, as registered with the model version (`ml.evaluate.GATE_REPORT`)."""
 REGISTRY_POOL = "model_registry"
 """Dagster concurrency pool around registrations and alias moves (limit 1, dagster.yaml): the
 version number stamped into a file must be the one MLflow assigns."""
@@ -92,7 +95,9 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
     @dg.asset(
         key=asset_key(case, "onnx_model"),
         ins={
-            "model_evaluation": dg.AssetIn(asset_key(case, "model_evaluation")),
+            "model_evaluation": dg.AssetIn(
+                asset_key(case, "model_evaluation"), dagster_type=EVALUATION_TYPE
+            ),
             "training_set": dg.AssetIn(asset_key(case, "training_set")),
         },
         group_name=case.group(DEPLOYMENT),
@@ -114,7 +119,7 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
     def onnx_model(
         context: dg.AssetExecutionContext,
         config: OnnxModelConfig,
-        model_evaluation: dict,
+        model_evaluation,  # an ml.evaluate.ModelEvaluation (EVALUATION_TYPE)
         training_set,
         launcher: TrainingLauncher,
     ):
@@ -123,8 +128,8 @@ def _onnx_model(case: UseCase) -> dg.AssetsDefinition:
         from ml.export import export, parity
         from ml.train import load_trained
 
-        evaluation = from_document(ModelEvaluation, model_evaluation)
-        run = from_document(TrainedRun, evaluation.trained)
+        evaluation = model_evaluation
+        run = evaluation.trained
         trained = load_trained(Path(run.folder))
         if trained.weights_sha256 != evaluation.weights_sha256:
             raise dg.Failure(
@@ -315,7 +320,9 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
     @dg.asset(
         key=asset_key(case, "registered_model"),
         ins={
-            "model_evaluation": dg.AssetIn(asset_key(case, "model_evaluation")),
+            "model_evaluation": dg.AssetIn(
+                asset_key(case, "model_evaluation"), dagster_type=EVALUATION_TYPE
+            ),
             "onnx_model": dg.AssetIn(asset_key(case, "onnx_model")),
         },
         group_name=case.group(DEPLOYMENT),
@@ -328,7 +335,7 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
     )
     def registered_model(
         context: dg.AssetExecutionContext,
-        model_evaluation: dict,
+        model_evaluation,  # an ml.evaluate.ModelEvaluation (EVALUATION_TYPE)
         onnx_model: dict,
         mlflow: MlflowRegistry,
         launcher: TrainingLauncher,
@@ -336,14 +343,14 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
         """The model as a new MLflow model version, and the champion alias moved to it."""
         from ml.export import stamp
 
-        evaluation = from_document(ModelEvaluation, model_evaluation)
+        evaluation = model_evaluation
         exported = from_document(OnnxModel, onnx_model)
-        report = evaluation.gate()
+        report = evaluation.report
         champion = mlflow.champion(model_name)
         refusal = promotion_refusal(evaluation, exported, champion.version if champion else None)
         if refusal:
             raise dg.Failure(f"registered_model: not promoted: {refusal}", allow_retries=False)
-        run = from_document(TrainedRun, evaluation.trained)
+        run = evaluation.trained
         if (
             champion is not None
             and champion.tags.get("weights_sha256") == evaluation.weights_sha256
@@ -385,8 +392,8 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
                 **({LINES_FILE: Path(exported.drift_lines)} if exported.drift_lines else {}),
             },
             documents={
-                GATE_REPORT: evaluation.report,
-                METRICS_FILE: evaluation.report["challenger"],
+                GATE_REPORT: evaluation.to_document()["report"],
+                METRICS_FILE: evaluation.to_document()["report"]["challenger"],
                 "parity.json": exported.parity,
                 "manifest.json": _json_file(Path(run.folder) / "manifest.json"),
             },
@@ -438,11 +445,11 @@ def _registered_model(case: UseCase) -> dg.AssetsDefinition:
 
 
 def promotion_refusal(
-    evaluation: ModelEvaluation, exported: OnnxModel, champion_now: str | None
+    evaluation: "ModelEvaluation", exported: OnnxModel, champion_now: str | None
 ) -> str | None:
     """Why this model may not become champion, or None. The gate's recorded decision, not the
     run that produced it, is what counts: a rejected model is refused here whatever ran before."""
-    report = evaluation.gate()
+    report = evaluation.report
     if not report.passed or report.decision != "promote":
         return f"the gate rejected it: {'; '.join(report.reasons) or report.decision}"
     if report.subject != evaluation.weights_sha256:

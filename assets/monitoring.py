@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key, daily_partitions, figure
+from assets import EXTERNAL_RETRY, asset_key, daily_partitions, figure, markdown_image
 from assets.config import config_class
-from assets.evaluation import markdown_image
 from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
 from declare import DecayPolicy, DriftSettings, UseCase

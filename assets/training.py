@@ -2,7 +2,6 @@
 MLflow."""
 
 import base64
-import dataclasses
 import functools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -11,12 +10,13 @@ from typing import Any
 
 import dagster as dg
 
-from assets import asset_key, figure
+from assets import asset_key, figure, result_type
 from assets.config import config_class
 from assets.pods import TRAINING as TRAINING_POD
 from declare import UseCase
 from ml.config import TrainConfig
 from ml.files import atomic_write
+from ml.results import TrainedRun
 from resources.launchers import MessageHandler, TrainingLauncher
 from resources.registry import (
     DAGSTER_RUN_TAG,
@@ -46,17 +46,6 @@ def trained_model_config(case: UseCase) -> type[dg.Config]:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainedRun:
-    """What `trained_model` hands downstream: where the run's files are and what they are."""
-
-    folder: str
-    """The run's folder: weights, preprocessor, manifest, checkpoints."""
-    data_fingerprint: str
-    feature_service: str
-    mlflow_run_id: str
-
-
 def training_assets(case: UseCase) -> list[dg.AssetsDefinition]:
     return [_trained_model(case)]
 
@@ -81,6 +70,7 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         kinds={"pytorch", "mlflow"},
         code_version="3",
         io_manager_key="documents",
+        dagster_type=result_type("ml.results.TrainedRun"),
         # A retry resumes from the run's last complete checkpoint (same output folder); refused
         # config or input is never retried (the launcher raises Failure(allow_retries=False)).
         retry_policy=dg.RetryPolicy(max_retries=1, delay=5),

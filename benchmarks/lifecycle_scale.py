@@ -153,7 +153,7 @@ def window_arguments(window: Window) -> list[str]:
 def gate_verdict(home: Path) -> str:
     """The gate's verdict on the model the run trained, from the report it wrote: "promote", or
     "reject: " and the failed rules; "none" when no training got as far as the gate."""
-    from assets.evaluation import GATE_REPORT  # after the measure: it imports Dagster
+    from ml.evaluate import GATE_REPORT  # after the measure: it imports Dagster
     from ml.gate import GateReport
 
     reports = sorted(home.glob(f"models/**/{GATE_REPORT}"), key=lambda p: p.stat().st_mtime)

@@ -508,9 +508,11 @@ class LakePaths(ParquetLake):
 class JsonDocuments(dg.ConfigurableIOManager):
     """Small JSON documents that tell downstream steps what an asset made and where: a training
     run's folder, a gate report, an exported model's file and hash. Stored at
-    `<root>/<asset key path>/<partition or "data">.json`, written atomically; loaded as dicts
-    (the consuming step builds its typed object from it). The artifacts themselves stay where
-    they were written; the document is the lineage link to them."""
+    `<root>/<asset key path>/<partition or "data">.json`, written atomically. A step's typed
+    result (a dataclass; one with `to_document()` says how) is stored, and loaded back as its
+    type where the consuming step's input has a Dagster type that knows how (`load_document`);
+    otherwise the step gets the document itself. The artifacts themselves stay where they were
+    written; the document is the lineage link to them."""
 
     root: str = Field(
         description="Folder or fsspec URL of the documents; nothing is written outside it."
@@ -525,7 +527,9 @@ class JsonDocuments(dg.ConfigurableIOManager):
         import dataclasses
         import json
 
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if hasattr(obj, "to_document"):
+            obj = obj.to_document()  # type: ignore[union-attr]
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             obj = dataclasses.asdict(obj)
         if not isinstance(obj, dict):
             raise TypeError(f"{context.asset_key.to_user_string()}: expected a dict or dataclass")
@@ -535,7 +539,7 @@ class JsonDocuments(dg.ConfigurableIOManager):
         write_text_atomically(text, path, self.file_mode)
         context.add_output_metadata({"document": dg.MetadataValue.path(str(path))})
 
-    def load_input(self, context: dg.InputContext) -> dict:
+    def load_input(self, context: dg.InputContext) -> Any:
         import json
 
         partition = context.asset_partition_key if context.has_asset_partitions else None
@@ -544,7 +548,10 @@ class JsonDocuments(dg.ConfigurableIOManager):
             raise FileNotFoundError(
                 f"{context.asset_key.to_user_string()} has not been materialized ({path})"
             )
-        return json.loads(path.read_text())
+        document = json.loads(path.read_text())
+        # A step's typed result comes back as its type (`assets.ResultType`), else as it was.
+        load = getattr(context.dagster_type, "load_document", None)
+        return document if load is None else load(document)
 
 
 def staged_copy(path: "UPath", folder: Path, permissions: int = FILE_MODE) -> Path:
@@ -570,10 +577,19 @@ def staged_copy(path: "UPath", folder: Path, permissions: int = FILE_MODE) -> Pa
 
 
 def from_document(cls: type[_T], values: Mapping[str, Any]) -> _T:
-    """The dataclass `cls` built from a document `JsonDocuments` loaded (its fields only)."""
+    """The dataclass `cls` built from a document `JsonDocuments` stored (its fields only; a field
+    that is itself such a dataclass is built the same way)."""
     import dataclasses
+    import typing
 
-    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    built = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value, kind = values[f.name], hints.get(f.name)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            value = from_document(kind, value)
+        built[f.name] = value
+    return cls(**built)
 
 
 def write_text_atomically(text: str, path: LakePath, permissions: int = FILE_MODE) -> None:

@@ -2,7 +2,6 @@
 reason it refuses a model, whichever run produced them."""
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +9,11 @@ import pandas as pd
 import pytest
 
 from assets.deployment import OnnxModel, promotion_refusal
-from assets.evaluation import ModelEvaluation
 from declare.gate import GatePolicy
+from ml.evaluate import ModelEvaluation
 from ml.gate import decide
 from ml.metrics import evaluate
+from ml.results import TrainedRun
 
 pytestmark = pytest.mark.unit
 
@@ -29,8 +29,8 @@ def evaluation(probabilities: np.ndarray, champion_version: str | None = None) -
         judged, champion, GatePolicy(), champion_version=champion_version, subject=WEIGHTS
     )
     return ModelEvaluation(
-        report=json.loads(report.to_json()),
-        trained={"folder": "/nowhere"},
+        report=report,
+        trained=TrainedRun("/nowhere", "", "", ""),
         weights_sha256=WEIGHTS,
         threshold=0.5,
     )
@@ -56,7 +56,7 @@ def onnx_file(tmp_path: Path) -> OnnxModel:
 
 
 def test_a_model_that_passed_every_gate_is_not_refused(good, onnx_file):
-    assert good.gate().decision == "promote"
+    assert good.report.decision == "promote"
     assert promotion_refusal(good, onnx_file, champion_now=None) is None
 
 
@@ -67,10 +67,10 @@ def test_a_rejected_gate_is_refused_with_its_reasons(onnx_file):
 
 
 def test_a_report_edited_to_promote_without_passing_rules_is_refused(onnx_file):
-    rejected = evaluation(np.full(2_000, 0.3))
-    rejected.report["decision"] = "promote"  # passed stays false: the two must agree
+    document = evaluation(np.full(2_000, 0.3)).to_document()
+    document["report"]["decision"] = "promote"  # passed stays false: the two must agree
     with pytest.raises(ValueError, match="contradicts"):
-        promotion_refusal(rejected, onnx_file, champion_now=None)
+        ModelEvaluation.from_document(document)  # as the registration step loads it
 
 
 def test_an_onnx_file_of_other_weights_is_refused(good, onnx_file):
