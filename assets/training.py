@@ -19,13 +19,8 @@ from assets.usecase import UseCase
 from ml.config import TrainConfig, fields_of
 from ml.files import atomic_write
 from resources.launchers import MessageHandler, TrainingLauncher
-from resources.registry import (
-    DAGSTER_RUN_TAG,
-    EpochMetrics,
-    LiveRun,
-    MlflowRegistry,
-    TrainingData,
-)
+from resources.mlflow_runs import DAGSTER_RUN_TAG, EpochMetrics, LiveRun, TrainingData
+from resources.registry import MlflowRegistry
 
 TRAINING = "training"
 
