@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 
 from ml.drift_rule import METHODS, LineRule
-from resources.expectations import TableContract
+from resources.contracts import TableContract
 from resources.revisions import Revisions
 
 if TYPE_CHECKING:

@@ -31,12 +31,9 @@ from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from assets.usecase import EventTable, UseCase
-from resources.expectations import (
-    GreatExpectations,
-    StorageError,
-    TableContract,
-    ValidationReport,
-)
+from resources.contract_frames import StorageError, as_stored
+from resources.contracts import TableContract
+from resources.expectations import GreatExpectations, ValidationReport
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 from resources.revisions import (
     Counter,
@@ -553,7 +550,7 @@ def _publish(
     def publish() -> "Iterator[pd.DataFrame]":
         for chunk in published.frames():
             try:
-                chunk = contract.as_stored(chunk)
+                chunk = as_stored(contract, chunk)
             except StorageError as exc:
                 raise Refused(key, exc.rule, f"partition {key}: not published: {exc}") from exc
             if stage.table.publish is not None:

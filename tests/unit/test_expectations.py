@@ -8,13 +8,9 @@ import pandas as pd
 import pytest
 
 from resources import expectations
-from resources.expectations import (
-    ColumnRule,
-    GreatExpectations,
-    RuleResult,
-    TableContract,
-    ValidationReport,
-)
+from resources.contract_frames import StorageError, as_stored
+from resources.contracts import ColumnRule, TableContract
+from resources.expectations import GreatExpectations, RuleResult, ValidationReport
 from resources.sources import parse_timestamps
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
 from usecases.flights.contracts import FLIGHTS, WEATHER
@@ -567,7 +563,7 @@ def test_published_rows_take_the_declared_type_or_the_kind_s_default():
         }
     )
 
-    stored = contract.as_stored(frame)
+    stored = as_stored(contract, frame)
 
     assert dict(stored.dtypes.astype(str)) == {
         "temp": "float64",
@@ -577,14 +573,15 @@ def test_published_rows_take_the_declared_type_or_the_kind_s_default():
         "at": "datetime64[ns, UTC]",
     }
     assert stored.temp.tolist() == [39.0, 40.0]
-    with pytest.raises(
-        expectations.StorageError, match="2 of 2 rows hold a missing value or a fraction"
-    ):
-        replace(
-            contract,
-            columns=(
-                *contract.columns[:2],
-                ColumnRule("level", "number", stored_as="int64"),
-                *contract.columns[3:],
+    with pytest.raises(StorageError, match="2 of 2 rows hold a missing value or a fraction"):
+        as_stored(
+            replace(
+                contract,
+                columns=(
+                    *contract.columns[:2],
+                    ColumnRule("level", "number", stored_as="int64"),
+                    *contract.columns[3:],
+                ),
             ),
-        ).as_stored(frame)
+            frame,
+        )
