@@ -33,7 +33,7 @@ from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from assets.usecase import EventTable, UseCase
 from resources.contract_frames import StorageError, as_stored
 from resources.contracts import TableContract
-from resources.expectations import GreatExpectations, ValidationReport
+from resources.expectations import GreatExpectations
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 from resources.revisions import (
     Counter,
@@ -43,6 +43,7 @@ from resources.revisions import (
     against_same_events,
     published_version,
 )
+from resources.validation_report import ValidationReport
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,7 +99,7 @@ def screen(
     backfill pays GX's fixed cost once a batch instead of once a day. A day missing from the
     result (one with a failed rule, one of a batch with one, a day stored in several row
     groups) is for `audit` to validate alone."""
-    from resources.expectations import DayFrame
+    from resources.gx_screening import DayFrame
 
     batches: list[list[DayFrame]] = [[]]
     rows = 0
