@@ -21,7 +21,9 @@ from assets.pods import SMALL
 from declare import UseCase
 from resources.lake import from_document
 from resources.launchers import TrainingLauncher
-from resources.registry import DAGSTER_RUN_TAG, MlflowRegistry, OnnxFlavour, RegistryError
+from resources.mlflow_models import OnnxFlavour
+from resources.mlflow_runs import DAGSTER_RUN_TAG
+from resources.registry import MlflowRegistry, RegistryError
 from resources.serving import (
     DATA_THROUGH_TAG,
     LINES_FILE,

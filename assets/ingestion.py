@@ -9,7 +9,8 @@ import dagster as dg
 from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import SMALL
 from declare import Dimension, UseCase, partition_day
-from resources.expectations import TableContract
+from resources.contract_frames import typed_empty
+from resources.contracts import TableContract
 from resources.sources import RawChunks, RawSource, RawTable, SourceError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def read_drop(source: RawSource, contract: TableContract, partition_key: str) ->
     def frames() -> "Iterator[pd.DataFrame]":
         try:
             for chunk in drop.frames():
-                yield contract.typed_empty(chunk) if drop.rows == 0 else chunk
+                yield typed_empty(contract, chunk) if drop.rows == 0 else chunk
         except SourceError as exc:
             raise _refused(partition_key, exc) from exc
 

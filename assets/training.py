@@ -18,13 +18,8 @@ from ml.config import TrainConfig
 from ml.files import atomic_write
 from ml.results import TrainedRun
 from resources.launchers import MessageHandler, TrainingLauncher
-from resources.registry import (
-    DAGSTER_RUN_TAG,
-    EpochMetrics,
-    LiveRun,
-    MlflowRegistry,
-    TrainingData,
-)
+from resources.mlflow_runs import DAGSTER_RUN_TAG, EpochMetrics, LiveRun, TrainingData
+from resources.registry import MlflowRegistry
 
 TRAINING = "training"
 

@@ -31,12 +31,9 @@ from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from declare import EventTable, UseCase
-from resources.expectations import (
-    GreatExpectations,
-    StorageError,
-    TableContract,
-    ValidationReport,
-)
+from resources.contract_frames import StorageError, as_stored
+from resources.contracts import TableContract
+from resources.expectations import GreatExpectations
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 from resources.revisions import (
     Counter,
@@ -46,6 +43,7 @@ from resources.revisions import (
     against_same_events,
     published_version,
 )
+from resources.validation_report import ValidationReport
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +99,7 @@ def screen(
     backfill pays GX's fixed cost once a batch instead of once a day. A day missing from the
     result (one with a failed rule, one of a batch with one, a day stored in several row
     groups) is for `audit` to validate alone."""
-    from resources.expectations import DayFrame
+    from resources.gx_screening import DayFrame
 
     batches: list[list[DayFrame]] = [[]]
     rows = 0
@@ -553,7 +551,7 @@ def _publish(
     def publish() -> "Iterator[pd.DataFrame]":
         for chunk in published.frames():
             try:
-                chunk = contract.as_stored(chunk)
+                chunk = as_stored(contract, chunk)
             except StorageError as exc:
                 raise Refused(key, exc.rule, f"partition {key}: not published: {exc}") from exc
             if stage.table.publish is not None:

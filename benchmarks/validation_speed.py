@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from resources.expectations import GreatExpectations, TableContract
+from resources.contracts import TableContract
+from resources.expectations import GreatExpectations
 from usecases.flights.contracts import FLIGHTS
 from usecases.flights.features import DATA_TIMEZONE
 from usecases.flights.source import BundledFlightsSource

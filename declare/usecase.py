@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ml.features import FeatureTable, TableStream
-    from resources.expectations import TableContract
+    from resources.contracts import TableContract
     from resources.sources import RawSource
 
 GRAINS = ("event", "entity_day")

@@ -52,7 +52,8 @@ from pipelines.sensors import (
 )
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
-from resources.kubernetes import K8sMultiNode, K8sPod, KubernetesLauncher
+from resources.k8s_manifests import KubernetesLauncher
+from resources.kubernetes import K8sMultiNode, K8sPod
 from resources.lake import JsonDocuments, LakeFiles, LakePaths, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry

@@ -35,7 +35,7 @@ from assets import asset_key, daily_partitions
 from declare import Trailing, UseCase
 from pipelines.jobs import RANGE_END_TAG, RANGE_START_TAG, definition_name
 from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
-from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
+from resources.mlflow_runs import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -210,7 +210,7 @@ class Mini:
 
     def mlflow_runs(self, dagster_run: str) -> list[str]:
         """The statuses of the MLflow runs that Dagster run `dagster_run` opened."""
-        client = self.registry._client()
+        client = self.registry.client()
         experiment = client.get_experiment_by_name(CASE.name)
         assert experiment is not None
         found = client.search_runs(

@@ -40,7 +40,7 @@ import pytest
 from assets import asset_key
 from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.run import UI, stage_link
-from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
+from resources.mlflow_runs import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 from tests.conftest import CASE, LIFECYCLE_GROUPS
 from tests.integration.test_training import (
     materialize_trained_model,

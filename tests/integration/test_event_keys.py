@@ -26,7 +26,7 @@ from declare import (
     UseCase,
 )
 from ml.dataset import repeated_keys
-from resources.expectations import ColumnRule, TableContract
+from resources.contracts import ColumnRule, TableContract
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
 

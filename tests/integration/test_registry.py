@@ -15,15 +15,14 @@ from urllib.request import url2pathname
 
 import pytest
 
+from resources.mlflow_models import OnnxFlavour
+from resources.mlflow_runs import EpochMetrics, TrainingData
 from resources.registry import (
     CHAMPION,
-    EpochMetrics,
     MlflowRegistry,
     ModelIntegrityError,
     ModelVersion,
-    OnnxFlavour,
     RegistryError,
-    TrainingData,
     local_registry,
 )
 
@@ -120,7 +119,7 @@ def test_runs_left_running_by_killed_trainings_are_ended_and_no_other(registry: 
     ended = tracking.end_abandoned(lambda dagster_run: dagster_run == "dead")
 
     assert ended == [killed.run.run_id]
-    client = registry._client()
+    client = registry.client()
     statuses = {
         run.run.run_id: client.get_run(run.run.run_id).info.status
         for run in (killed, alive, elsewhere, done)
@@ -168,7 +167,7 @@ def test_versions_registered_from_a_training_run_keep_their_files_apart(
     assert (one.folder, two.folder) == ("model/v1", "model/v2")
     assert registry.fetch(two, "model.onnx", tmp_path / "cache").read_bytes() == b"v2"
     assert registry.fetch(one, "model.onnx", tmp_path / "cache").read_bytes() == first.read_bytes()
-    client = registry._client()
+    client = registry.client()
     run = client.get_run(training.run_id)
     assert run.info.status == "FINISHED"  # registering does not reopen or end it
     assert not [key for key in run.data.tags if key.startswith("sha256.")]
@@ -205,7 +204,7 @@ def test_register_records_files_hashes_and_documents(registry: MlflowRegistry, t
     assert first.tags["data_fingerprint"] == "abc123"
     assert first.source.endswith("/model")
     assert first.link.endswith("/#/models/delay_register/versions/1?workflowType=machine_learning")
-    client = registry._client()
+    client = registry.client()
     run = client.get_run(first.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["sha256.model.onnx"] == first.sha256
@@ -273,7 +272,7 @@ def test_refused_promotions_leave_the_champion_alone(registry: MlflowRegistry, t
 
 def test_a_version_without_its_hash_tags_is_not_promoted(registry: MlflowRegistry, tmp_path: Path):
     register(registry, "delay_untagged", tmp_path, b"x")
-    registry._client().delete_model_version_tag("delay_untagged", "1", "sha256.model.onnx")
+    registry.client().delete_model_version_tag("delay_untagged", "1", "sha256.model.onnx")
 
     with pytest.raises(RegistryError, match="sha256 tag is missing"):
         registry.promote("delay_untagged", "1", reason="gate passed")
@@ -318,8 +317,8 @@ def test_unsafe_names_are_refused_before_anything_is_written(
     good = register(registry, "delay_names", tmp_path / "good", b"x")
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"x")
-    client = registry._client()
-    experiment_id = registry._experiment_id(client)
+    client = registry.client()
+    experiment_id = registry.experiment_id(client)
     runs_before = len(client.search_runs([experiment_id], max_results=1000))
     upcoming = registry.next_version("delay_names")
 
@@ -359,7 +358,7 @@ def test_a_version_number_other_than_the_stamped_one_is_refused(
 
     assert registry.next_version("delay_expected") == "3"
     orphan = registry.version("delay_expected", "2")
-    assert registry._client().get_run(orphan.run_id).info.status == "FAILED"
+    assert registry.client().get_run(orphan.run_id).info.status == "FAILED"
     with pytest.raises(RegistryError, match="assigned version 2"):
         registry.promote("delay_expected", "2", reason="gate passed")
 

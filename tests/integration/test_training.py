@@ -19,7 +19,8 @@ import torch
 from assets import asset_key
 from ml import checkpoint
 from ml.dataset import fingerprint
-from resources.registry import ML_VIEW, MlflowRegistry
+from resources.mlflow_runs import ML_VIEW
+from resources.registry import MlflowRegistry
 
 pytestmark = pytest.mark.integration
 

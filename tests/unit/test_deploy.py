@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client as k8s
 from referencing import Registry, Resource
 
-from resources.kubernetes import KubernetesApis
+from resources.k8s_manifests import KubernetesApis
 from tests.unit.test_k8s_launchers import (
     K8S_VERSIONS,
     OLDEST_K8S,

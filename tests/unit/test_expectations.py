@@ -8,14 +8,12 @@ import pandas as pd
 import pytest
 
 from resources import expectations
-from resources.expectations import (
-    ColumnRule,
-    GreatExpectations,
-    RuleResult,
-    TableContract,
-    ValidationReport,
-)
+from resources.contract_frames import StorageError, as_stored
+from resources.contracts import ColumnRule, TableContract
+from resources.expectations import GreatExpectations
+from resources.gx_screening import DayFrame
 from resources.sources import parse_timestamps
+from resources.validation_report import RuleResult, ValidationReport
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
 from usecases.flights.contracts import FLIGHTS, WEATHER
 from usecases.flights.features import DATA_TIMEZONE
@@ -222,7 +220,7 @@ def test_the_verdict_weighs_table_rules_and_the_quarantine_budget():
 
 
 def test_validations_leave_nothing_behind_in_gx_memory(gx_resource: GreatExpectations):
-    from resources.expectations import _gx_context
+    from resources.data_docs import gx_context
 
     for data_docs in (True, False, True):
         validate_flights(gx_resource, bundled_day("flights"))
@@ -236,7 +234,7 @@ def test_validations_leave_nothing_behind_in_gx_memory(gx_resource: GreatExpecta
             data_docs=data_docs,
         )
     # A year of partitions must not pile up results in the process's in-memory store.
-    assert _gx_context(gx_resource.data_docs_dir).validation_results_store.list_keys() == []
+    assert gx_context(gx_resource.data_docs_dir).validation_results_store.list_keys() == []
 
 
 def _in_chunks(frame: pd.DataFrame, rows: int):
@@ -370,7 +368,7 @@ def test_the_screening_pass_on_distinct_values_gives_every_rule_the_whole_frames
 
 
 def test_distinct_values_keep_what_a_rule_can_tell_apart():
-    from resources.expectations import _distinct_values
+    from resources.gx_screening import distinct_values
 
     frame = pd.DataFrame(
         {
@@ -380,7 +378,7 @@ def test_distinct_values_keep_what_a_rule_can_tell_apart():
             "n": [3, 3, 3, 3, 4],
         }
     )
-    distinct = _distinct_values(frame, pattern_columns=frozenset({"zero"}))
+    distinct = distinct_values(frame, pattern_columns=frozenset({"zero"}))
 
     assert distinct.dtypes.to_dict() == frame.dtypes.to_dict()
     assert len(distinct) == 5  # the longest: `mixed`, whose five values all differ
@@ -400,15 +398,15 @@ RANGE = ["2013-03-08", "2013-03-09", "2013-03-10", "2013-03-11", "2013-03-12"]
 """Five New York days around the start of daylight time: 2013-03-10 is 23 hours long."""
 
 
-def _day_frames(table: str, days: list[str] = RANGE) -> list[expectations.DayFrame]:
+def _day_frames(table: str, days: list[str] = RANGE) -> list[DayFrame]:
     def window(day: str) -> tuple[pd.Timestamp, pd.Timestamp]:
         start = pd.Timestamp(day, tz=DATA_TIMEZONE)
         return start.tz_convert("UTC"), (start + pd.DateOffset(days=1)).tz_convert("UTC")
 
-    return [expectations.DayFrame(day, bundled_day(table, day), window(day)) for day in days]
+    return [DayFrame(day, bundled_day(table, day), window(day)) for day in days]
 
 
-def _alone(gx: GreatExpectations, table: str, day: expectations.DayFrame) -> ValidationReport:
+def _alone(gx: GreatExpectations, table: str, day: DayFrame) -> ValidationReport:
     contract = {"flights": FLIGHTS, "weather": WEATHER}[table]
     return gx.validate_partition(
         contract,
@@ -459,7 +457,7 @@ def _a_required_value_missing(frame: pd.DataFrame) -> pd.DataFrame:
 def test_a_range_with_a_broken_day_is_left_to_be_validated_day_by_day(tmp_path: Path, mutate):
     gx = GreatExpectations(data_docs_dir=str(tmp_path), build_data_docs=False)
     days = _day_frames("flights", ["2013-03-04", "2013-03-05", "2013-03-06"])
-    days[1] = expectations.DayFrame(days[1].partition, mutate(days[1].frame), days[1].window)
+    days[1] = DayFrame(days[1].partition, mutate(days[1].frame), days[1].window)
     assert not _alone(gx, "flights", days[1]).passed or _alone(gx, "flights", days[1]).failed_rules
 
     assert gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS) == {}
@@ -472,10 +470,8 @@ def test_days_that_cannot_share_a_screening_are_left_out_of_it(tmp_path: Path):
     days = _day_frames("flights", ["2013-03-04", "2013-03-05", "2013-03-06", "2013-03-07"])
     mistyped = days[1].frame.astype({"dep_delay": object})
     mistyped.loc[0, "dep_delay"] = "late"
-    days[1] = expectations.DayFrame(days[1].partition, mistyped, days[1].window)
-    days[2] = expectations.DayFrame(
-        days[2].partition, days[2].frame.head(FLIGHTS.min_rows - 1), days[2].window
-    )
+    days[1] = DayFrame(days[1].partition, mistyped, days[1].window)
+    days[2] = DayFrame(days[2].partition, days[2].frame.head(FLIGHTS.min_rows - 1), days[2].window)
 
     reports = gx.screen_days(FLIGHTS, days, timezone=DATA_TIMEZONE, references=CARRIERS)
 
@@ -567,7 +563,7 @@ def test_published_rows_take_the_declared_type_or_the_kind_s_default():
         }
     )
 
-    stored = contract.as_stored(frame)
+    stored = as_stored(contract, frame)
 
     assert dict(stored.dtypes.astype(str)) == {
         "temp": "float64",
@@ -577,14 +573,15 @@ def test_published_rows_take_the_declared_type_or_the_kind_s_default():
         "at": "datetime64[ns, UTC]",
     }
     assert stored.temp.tolist() == [39.0, 40.0]
-    with pytest.raises(
-        expectations.StorageError, match="2 of 2 rows hold a missing value or a fraction"
-    ):
-        replace(
-            contract,
-            columns=(
-                *contract.columns[:2],
-                ColumnRule("level", "number", stored_as="int64"),
-                *contract.columns[3:],
+    with pytest.raises(StorageError, match="2 of 2 rows hold a missing value or a fraction"):
+        as_stored(
+            replace(
+                contract,
+                columns=(
+                    *contract.columns[:2],
+                    ColumnRule("level", "number", stored_as="int64"),
+                    *contract.columns[3:],
+                ),
             ),
-        ).as_stored(frame)
+            frame,
+        )

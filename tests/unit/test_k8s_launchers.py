@@ -23,9 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from ml.config import DataConfig, TrainConfig, to_args
-from resources.kubernetes import (
-    K8sMultiNode,
-    K8sPod,
+from resources.k8s_manifests import (
     KubernetesApis,
     Toleration,
     headless_service,
@@ -36,6 +34,7 @@ from resources.kubernetes import (
     pytorch_job,
     standalone_command,
 )
+from resources.kubernetes import K8sMultiNode, K8sPod
 
 pytestmark = [
     pytest.mark.unit,

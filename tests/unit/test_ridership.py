@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ml.features import EVENT_TIMESTAMP, whole
-from resources.expectations import TableContract
+from resources.contracts import TableContract
 from resources.sources import DropFolderSource
 from usecases.ridership import baseline, features, source
 from usecases.ridership.bundled import BundledRidershipSource
