@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.monitoring_year --use-case flights
     .venv/bin/python -m benchmarks.monitoring_year --use-case ridership --through 2016-08-14
 
-1. `make run`'s lifecycle (`pipelines.run.main`) in a home of its own: the champion trained on
+1. `make run`'s lifecycle (`cli.run.main`) in a home of its own: the champion trained on
    the use case's default window, its test days scored, the day after predicted.
 2. Every day after the window, to `--through`, ingested and validated and its feature tables
    built, a backfill's batch of days per run.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DAGSTER_HOME"] = str(home / "dagster_home")
 
     from assets import asset_key
-    from pipelines import run
+    from cli import run
 
     began = time.perf_counter()
     if run.main(["--use-case", args.use_case]) != 0:

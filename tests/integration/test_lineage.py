@@ -1,4 +1,4 @@
-"""`pipelines.lineage` on the trained world: the champion and one of its predictions traced back
+"""`cli.lineage` on the trained world: the champion and one of its predictions traced back
 to the raw partitions, checked against the event log and the registered manifest."""
 
 import datetime as dt
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import asset_key
-from pipelines.lineage import (
+from cli.lineage import (
     Lineage,
     LineageError,
     model_lineage,
@@ -171,7 +171,7 @@ def test_an_unknown_version_or_flight_is_named_in_the_error(world: World):
 
 def lineage_command(world: World, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.lineage", *args],
+        [sys.executable, "-m", "cli.lineage", *args],
         cwd=REPO,
         env=dict(world.environment()),
         capture_output=True,

@@ -1,4 +1,4 @@
-"""`python -m pipelines.scaffold` lays out a use case that runs as it is: a sample of events made
+"""`python -m cli.scaffold` lays out a use case that runs as it is: a sample of events made
 here (seeded; epoch-second timestamps on purpose, local days in Chicago) is scaffolded into a
 temporary project, the generated package is imported from there, and its declaration is taken
 through the generic stages as `make run` takes it: the Feast registry, every day's
@@ -30,7 +30,7 @@ import pytest
 from assets import asset_key
 from assets.ingestion import source_key
 from assets.usecase import UseCase
-from pipelines import scaffold
+from cli import scaffold
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore

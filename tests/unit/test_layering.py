@@ -1,6 +1,7 @@
 """The layers stay layered: no import cycle among the project's modules (lazy imports inside
 functions count too), no private name imported from another module, `ml/` free of Dagster and of
-the layers above it, and `assets/` free of the wiring layer."""
+the layers above it, `assets/` free of the wiring layer, and the commands (`cli/`) on top: nothing
+below them imports them."""
 
 import ast
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
+PACKAGES = ("cli", "pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
 
 
 def module_name(path: Path) -> str:
@@ -107,3 +108,9 @@ def test_assets_never_import_the_wiring_layer():
     for name, tree in modules().items():
         if name.startswith("assets"):
             assert all(m.split(".")[0] != "pipelines" for m, _ in imports(tree)), name
+
+
+def test_nothing_below_the_commands_imports_them():
+    for name, tree in modules().items():
+        if name.split(".")[0] != "cli":
+            assert all(m.split(".")[0] != "cli" for m, _ in imports(tree)), name

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.lineage import (
+from cli.lineage import (
     Input,
     Lineage,
     LineageError,

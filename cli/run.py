@@ -1,7 +1,7 @@
 """`make run`: run one declared use case's lifecycle on its bundled data with the embedded
 defaults, then say where the results are.
 
-    python -m pipelines.run [--use-case NAME] [--start YYYY-MM-DD] [--end YYYY-MM-DD]
+    python -m cli.run [--use-case NAME] [--start YYYY-MM-DD] [--end YYYY-MM-DD]
 
 First the dimension tables and the Feast registry; then every day, the history lead-in (the days
 the window's trailing features read back) and the window, ingested and validated in runs of a
@@ -33,8 +33,8 @@ import dagster as dg
 
 from assets import asset_key
 from assets.usecase import Trailing, UseCase
+from cli.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from pipelines.jobs import RANGE_END_TAG, RANGE_START_TAG, definition_name
-from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 from resources.registry import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets the summary.
@@ -719,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if STOP_FD not in os.environ:  # the command itself: the work runs in a worker it can stop
-        return supervise_worker("pipelines.run", sys.argv[1:] if argv is None else argv)
+        return supervise_worker("cli.run", sys.argv[1:] if argv is None else argv)
     if args.processes:  # read when the definitions are built, below
         os.environ["ML_LIFECYCLE_TRAIN_PROCESSES"] = str(args.processes)
 

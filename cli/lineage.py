@@ -1,8 +1,8 @@
 """Lineage of a registered model version, or of one prediction: the chain back to the raw
 partitions, their data versions, the feature service, the code commit and the environment lock.
 
-    python -m pipelines.lineage model [--use-case NAME] [--name MODEL] [--version N] [--json]
-    python -m pipelines.lineage prediction DAY KEY=VALUE [KEY=VALUE ...] [--use-case NAME] [--json]
+    python -m cli.lineage model [--use-case NAME] [--name MODEL] [--version N] [--json]
+    python -m cli.lineage prediction DAY KEY=VALUE [KEY=VALUE ...] [--use-case NAME] [--json]
 
 e.g. `prediction 2013-01-07 customer_id=42` where the FeatureService joins on `customer_id`: a
 prediction is found by the values of its row's entity keys (the FeatureService's join keys and
@@ -865,7 +865,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.lineage",
+        prog="python -m cli.lineage",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -890,8 +890,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import dagster as dg
 
+    from cli.run import choose_use_case
     from pipelines.definitions import USE_CASES, defs
-    from pipelines.run import choose_use_case
     from resources.registry import MlflowRegistry
 
     try:

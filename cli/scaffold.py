@@ -1,6 +1,6 @@
 """Lay out a new use case from a sample of its event table.
 
-    python -m pipelines.scaffold NAME --data CSV --entity COL --timestamp COL --label COL \\
+    python -m cli.scaffold NAME --data CSV --entity COL --timestamp COL --label COL \\
         --task binary|regression [--event-key COL[,COL]] [--as-feature COL] [--timezone TZ] \\
         [--table TABLE] [--root DIR] [--drops DIR] [--write-drops]
 
@@ -1078,7 +1078,7 @@ def summary(layout: Layout, done: Scaffolded) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.scaffold",
+        prog="python -m cli.scaffold",
         description="Lay out a new use case from a sample CSV of its event table.",
     )
     parser.add_argument("name", metavar="NAME", help="the use case's name, lower_snake_case")
