@@ -12,13 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import asset_key
-from cli.lineage import (
-    Lineage,
-    LineageError,
-    model_lineage,
-    prediction_lineage,
-    window_days,
-)
+from cli.lineage import model_lineage, prediction_lineage
+from cli.lineage_document import Lineage, LineageError
+from cli.lineage_walk import window_days
 from tests.conftest import lake_file
 from tests.world import MODEL, REPO, WINDOW, World
 from usecases.flights import USE_CASE as CASE

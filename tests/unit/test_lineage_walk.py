@@ -8,7 +8,7 @@ import sys
 import dagster as dg
 import pytest
 
-from cli.lineage import _EventLog, _Read
+from cli.lineage_walk import _EventLog, _Read
 
 pytestmark = pytest.mark.unit
 
