@@ -31,6 +31,7 @@ from assets import asset_key
 from assets.ingestion import source_key
 from assets.usecase import UseCase
 from cli import scaffold
+from cli.scaffold_survey import identifier_like
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
@@ -529,4 +530,4 @@ def test_a_binary_label_that_is_not_zero_or_one_is_refused(tiny, capsys):
 def test_a_number_column_reads_like_an_identifier_by_its_name_or_its_values(
     name, values, identifier
 ):
-    assert scaffold.identifier_like(pd.Series(values, name=name)) == identifier
+    assert identifier_like(pd.Series(values, name=name)) == identifier
