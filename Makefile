@@ -30,7 +30,7 @@ help:
 # it, and every process would compile its imports again (half of `python -m ml.train`). uv compiles
 # what it installs; the project's own packages (an editable install: outside site-packages) are
 # compiled by compileall. A .pyc whose source has changed since is not used.
-PACKAGES := declare ml assets pipelines resources usecases benchmarks feature_repo
+PACKAGES := declare ml assets pipelines cli resources usecases benchmarks feature_repo
 $(ENV_STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
@@ -50,7 +50,7 @@ instance:
 
 # USE_CASE=ridership runs the second bundled use case instead of the first (flights).
 run: $(ENV_STAMP) instance
-	$(BIN)/python -m pipelines.run $(if $(USE_CASE),--use-case $(USE_CASE))
+	$(BIN)/python -m cli.run $(if $(USE_CASE),--use-case $(USE_CASE))
 
 # Two test processes: the tests on the shared worlds in one, every other module as a unit of
 # its own (tests/conftest.py), the longest first.
@@ -62,11 +62,11 @@ test: $(ENV_STAMP)
 # project layout, neither of which this package has).
 DEV_WARNINGS := ignore:Function `dev_command` is superseded
 
-# Under pipelines.stops: Ctrl-C or SIGTERM reaches `dagster dev` once, as one SIGINT, and it shuts
-# its webserver and daemon down; anything left 12 s later is killed (pipelines/stops.py says why).
+# Under cli.stops: Ctrl-C or SIGTERM reaches `dagster dev` once, as one SIGINT, and it shuts
+# its webserver and daemon down; anything left 12 s later is killed (cli/stops.py says why).
 DEV_PORT ?= 3000
 dev: $(ENV_STAMP) instance
-	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/python -m pipelines.stops \
+	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/python -m cli.stops \
 	  $(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port $(DEV_PORT)
 
 mlflow: $(ENV_STAMP)
@@ -79,7 +79,7 @@ bench: $(ENV_STAMP)
 
 lineage: ARGS ?= model
 lineage: $(ENV_STAMP)
-	$(BIN)/python -m pipelines.lineage $(ARGS)
+	$(BIN)/python -m cli.lineage $(ARGS)
 
 lint: $(ENV_STAMP)
 	$(BIN)/ruff check .

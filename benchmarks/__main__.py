@@ -109,7 +109,7 @@ def p1_load_time(sizes: Sizes) -> Ratio:
 
 
 def p2_p12_lifecycle(table: "Table", sizes: Sizes) -> None:
-    """`make run` (`python -m pipelines.run` in a fresh home) against the plain script of the
+    """`make run` (`python -m cli.run` in a fresh home) against the plain script of the
     same compute (`benchmarks/plain_lifecycle.py`, its trailing tables built once as a script
     would), both reading the same drop folders, at 1x and 10x rows a day. One measure each: a
     `make run` takes minutes. Both sides must build the same training set (its fingerprint)."""

@@ -1,4 +1,4 @@
-"""P2 and P12's `make run` side: the whole flights lifecycle (`python -m pipelines.run`) at a
+"""P2 and P12's `make run` side: the whole flights lifecycle (`python -m cli.run`) at a
 synthetic scale-up of its own data, and the drop folders that hold that data.
 
     python -m benchmarks.lifecycle_scale prepare --scale 10 --out /tmp/drops-10x
@@ -11,7 +11,7 @@ mode of `python -m benchmarks` runs four days).
 
 `prepare` writes a drop folder (`resources.sources.DropFolderSource`'s layout) with every day
 `make run` processes by default: the training window and its history lead-in (59 days, from
-`pipelines.run.default_window` and `history_days`), each day's flights `--scale` times
+`cli.run.default_window` and `history_days`), each day's flights `--scale` times
 (`benchmarks.large_drop.scaled_day`: copy k of a flight gets a tail number with k in front and
 flights are numbered anew, so natural keys stay unique), the same flights without their outcome
 columns as the day's `flight_schedule` (the table predictions read at the day's start; also for
@@ -19,7 +19,7 @@ the day after the window, which `make run` predicts ahead), the day's real weath
 natural key is the airport and hour: a copy would be a duplicate), and the dimension tables. At
 scale 1 the flights are the real ones, read back from CSV.
 
-`makerun` runs `python -m pipelines.run` in a fresh temporary home, as `make run` does on a fresh
+`makerun` runs `python -m cli.run` in a fresh temporary home, as `make run` does on a fresh
 checkout: `ML_LIFECYCLE_HOME` and `DAGSTER_HOME` under a temporary folder, the local instance
 file installed there (`make instance`), `ML_LIFECYCLE_DROP_FOLDER` set when `--drops` is given
 (the bundled data otherwise). It prints one JSON line: `seconds` (the command's wall time,
@@ -59,7 +59,7 @@ Window = tuple[dt.date, dt.date] | None
 def window_days(window: Window = None) -> list[dt.date]:
     """The days `make run` processes for `window`: the history lead-in (from the first
     partition on), then the window."""
-    from pipelines.run import default_window, history_days
+    from cli.run import default_window, history_days
     from usecases.flights import USE_CASE
 
     first, last = window or default_window(USE_CASE)
@@ -96,7 +96,7 @@ def prepare(scale: int, out: Path, window: Window = None) -> dict:
 
 
 def makerun(drops: Path | None, keep: Path | None = None, window: Window = None) -> dict:
-    """`python -m pipelines.run` in a fresh home; its wall time, peak RSS and fingerprint."""
+    """`python -m cli.run` in a fresh home; its wall time, peak RSS and fingerprint."""
     home = Path(tempfile.mkdtemp(prefix="bench-makerun-")) if keep is None else keep
     try:
         dagster_home = home / "dagster_home"
@@ -111,7 +111,7 @@ def makerun(drops: Path | None, keep: Path | None = None, window: Window = None)
         began = time.perf_counter()
         with log.open("w") as sink:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pipelines.run", *window_arguments(window)],
+                [sys.executable, "-m", "cli.run", *window_arguments(window)],
                 cwd=REPO,
                 env=env,
                 stdout=sink,
@@ -127,7 +127,7 @@ def makerun(drops: Path | None, keep: Path | None = None, window: Window = None)
         # A gate that refuses the model is the lifecycle working: its cost is measured all the
         # same (nothing is then scored, which the verdict says). Any other failure is not.
         if code != 0 and not gate.startswith("reject"):
-            raise RuntimeError(f"pipelines.run exited {code}; its output:\n{output[-4000:]}")
+            raise RuntimeError(f"cli.run exited {code}; its output:\n{output[-4000:]}")
         fingerprint = FINGERPRINT.search(output)
         run_seconds = RUN_SECONDS.search(output)
         return {
@@ -146,7 +146,7 @@ def makerun(drops: Path | None, keep: Path | None = None, window: Window = None)
 
 
 def window_arguments(window: Window) -> list[str]:
-    """`--start FIRST --end LAST` of `pipelines.run` (and the plain script); none by default."""
+    """`--start FIRST --end LAST` of `cli.run` (and the plain script); none by default."""
     return [] if window is None else ["--start", str(window[0]), "--end", str(window[1])]
 
 
@@ -198,7 +198,7 @@ def main() -> None:
     made = commands.add_parser("prepare", help="write a drop folder of the 59 days at --scale")
     made.add_argument("--scale", type=int, required=True)
     made.add_argument("--out", type=Path, required=True)
-    run = commands.add_parser("makerun", help="one measure of `python -m pipelines.run`")
+    run = commands.add_parser("makerun", help="one measure of `python -m cli.run`")
     run.add_argument("--drops", type=Path, help="a drop folder (default: the bundled data)")
     run.add_argument("--keep", type=Path, help="run in this new folder and keep it")
     for command in (made, run):

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.monitoring_year --use-case flights
     .venv/bin/python -m benchmarks.monitoring_year --use-case ridership --through 2016-08-14
 
-1. `make run`'s lifecycle (`pipelines.run.main`) in a home of its own: the champion trained on
+1. `make run`'s lifecycle (`cli.run.main`) in a home of its own: the champion trained on
    the use case's default window, its test days scored, the day after predicted.
 2. Every day after the window, to `--through`, ingested and validated and its feature tables
    built, a backfill's batch of days per run.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DAGSTER_HOME"] = str(home / "dagster_home")
 
     from assets import asset_key
-    from pipelines import run
+    from cli import run, run_jobs
 
     began = time.perf_counter()
     if run.main(["--use-case", args.use_case]) != 0:
@@ -68,16 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = {}
         for at in range(0, len(days), case.partitions.days_per_run):
             chunk = days[at : at + case.partitions.days_per_run]
-            outcomes |= run.run_days(job("ingest_and_validate"), instance, chunk)
-        for stretch in run.published_stretches(days, outcomes):
-            for day, done in run.run_days(job("build_features"), instance, stretch).items():
+            outcomes |= run_jobs.run_days(job("ingest_and_validate"), instance, chunk)
+        for stretch in run_jobs.published_stretches(days, outcomes):
+            for day, done in run_jobs.run_days(job("build_features"), instance, stretch).items():
                 outcomes[day] = outcomes[day].merged(done)
         prepared = time.perf_counter() - began - trained
         for day in days:
             if not outcomes[day].success:
                 scored[day] = {"refused": outcomes[day].problems}
                 continue
-            result = run.run_assets(job("score_day"), instance, day, partition=day)
+            result = run_jobs.run_assets(job("score_day"), instance, day, partition=day)
             scored[day] = {
                 asset: _plain(result.assets.get(asset_key(case, asset).to_user_string()) or {})
                 for asset in ("batch_predictions", "feature_drift", "realized_performance")

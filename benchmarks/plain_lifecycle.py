@@ -341,7 +341,7 @@ def run(
     with stages("read"):
         import pandas as pd
 
-        from pipelines.run import default_window, history_days, training_split
+        from cli.run import default_window, history_days, training_split
         from resources.sources import DropFolderSource
         from usecases.flights import USE_CASE as case
 

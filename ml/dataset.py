@@ -140,7 +140,7 @@ class RepeatedKeys:
             f" key ({keys}) {within}: e.g. {'; '.join(self.examples)}. A point-in-time join"
             " would give each of them the feature row of any one of those events. Declare an"
             " event key: a column (or columns) that tells one event from another"
-            " (`python -m pipelines.scaffold ... --event-key COLUMN`), key the label view and the"
+            " (`python -m cli.scaffold ... --event-key COLUMN`), key the label view and the"
             " per-event views by it, carry the entity's key as a field of the label view, and"
             " make it the contract's natural key"
         )

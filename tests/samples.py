@@ -1,5 +1,5 @@
 """Samples of event data made by the tests (seeded): what a person hands `python -m
-pipelines.scaffold`."""
+cli.scaffold`."""
 
 import datetime as dt
 import zoneinfo

@@ -1,7 +1,7 @@
 """The use cases this project serves: each folder declares one data set and one prediction
 (`declare.UseCase`), and the lifecycle builds every stage of each from its declaration.
 
-A new use case is a folder here (laid out by `python -m pipelines.scaffold NAME`), its Feast
+A new use case is a folder here (laid out by `python -m cli.scaffold NAME`), its Feast
 module `feature_repo/<name>.py`, and its line in `USE_CASES` below.
 """
 
@@ -14,5 +14,5 @@ USE_CASES: tuple[UseCase, ...] = (FLIGHTS, RIDERSHIP)
 default."""
 BUNDLED: tuple[UseCase, ...] = (FLIGHTS, RIDERSHIP)
 """The use cases that come with the project, their data with them. One added later (by
-`python -m pipelines.scaffold`) joins `USE_CASES` only: the generic modules are checked against
+`python -m cli.scaffold`) joins `USE_CASES` only: the generic modules are checked against
 the bundled ones' names, not against the ordinary words (`user`, `timestamp`) of a new data set."""

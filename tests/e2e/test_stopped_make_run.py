@@ -1,4 +1,4 @@
-"""`python -m pipelines.run` (what `make run` runs) stopped with SIGTERM in ingestion, in a held
+"""`python -m cli.run` (what `make run` runs) stopped with SIGTERM in ingestion, in a held
 training and in scoring: within 15 s no process of it is left, the run in progress is CANCELED
 (none FAILURE, none unfinished, no step retried), no further run starts, the command exits 143,
 and its summary counts the days once and never prints a placeholder. The next command takes up
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 DAYS = ["2013-01-01", "2013-01-02", "2013-01-03"]
 TEST_DAY = DAYS[-1]
-COMMAND = [sys.executable, "-m", "pipelines.run", "--start", DAYS[0], "--end", DAYS[-1]]
+COMMAND = [sys.executable, "-m", "cli.run", "--start", DAYS[0], "--end", DAYS[-1]]
 STOP_WITHIN_S = 15.0
 UNFINISHED = {
     dg.DagsterRunStatus.QUEUED,
@@ -86,7 +86,7 @@ class Home:
         }
 
     def command(self, stop_when: Callable[[], bool] | None = None, **env: str) -> Command:
-        """`python -m pipelines.run` over the world's days; with `stop_when`, SIGTERM it once
+        """`python -m cli.run` over the world's days; with `stop_when`, SIGTERM it once
         that is seen, then wait (up to the promise) until no process of it is left."""
         before = {run.run_id for run in self.instance.get_runs()}
         process = subprocess.Popen(

@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import asset_key
+from cli.run_summary import UI, stage_link
 from ml.train import HOLD_AFTER_CHECKPOINT
-from pipelines.run import UI, stage_link
 from resources.mlflow_runs import LOCAL_DAGSTER_UI, LOCAL_MLFLOW_UI, ML_VIEW
 from tests.conftest import CASE, LIFECYCLE_GROUPS
 from tests.integration.test_training import (

@@ -1,4 +1,4 @@
-"""A command like `make run` for the stop tests: under `pipelines.stops.supervise_worker`,
+"""A command like `make run` for the stop tests: under `cli.stops.supervise_worker`,
 three runs of a job whose `waits` step (with a retry policy, as the lifecycle's steps have)
 writes the file `STOPPABLE_MARK` names and then works until it is interrupted; `other` runs
 beside it. Prints each run's id and status as it ends, and "stopped by <SIGNAL>" when stopped.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
+from cli.stops import STOP_FD, Stopped, Stops, exit_code, supervise_worker
 
 MARK = "STOPPABLE_MARK"
 

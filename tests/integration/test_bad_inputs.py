@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.run import day_outcomes
+from cli.run_jobs import day_outcomes
 from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import (

@@ -1,4 +1,4 @@
-"""`pipelines.lineage` on the trained world: the champion and one of its predictions traced back
+"""`cli.lineage` on the trained world: the champion and one of its predictions traced back
 to the raw partitions, checked against the event log and the registered manifest."""
 
 import datetime as dt
@@ -12,13 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import asset_key
-from pipelines.lineage import (
-    Lineage,
-    LineageError,
-    model_lineage,
-    prediction_lineage,
-    window_days,
-)
+from cli.lineage import model_lineage, prediction_lineage
+from cli.lineage_document import Lineage, LineageError
+from cli.lineage_walk import window_days
 from tests.conftest import lake_file
 from tests.world import MODEL, REPO, WINDOW, World
 from usecases.flights import USE_CASE as CASE
@@ -171,7 +167,7 @@ def test_an_unknown_version_or_flight_is_named_in_the_error(world: World):
 
 def lineage_command(world: World, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.lineage", *args],
+        [sys.executable, "-m", "cli.lineage", *args],
         cwd=REPO,
         env=dict(world.environment()),
         capture_output=True,

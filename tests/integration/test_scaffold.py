@@ -1,4 +1,4 @@
-"""`python -m pipelines.scaffold` lays out a use case that runs as it is: a sample of events made
+"""`python -m cli.scaffold` lays out a use case that runs as it is: a sample of events made
 here (seeded; epoch-second timestamps on purpose, local days in Chicago) is scaffolded into a
 temporary project, the generated package is imported from there, and its declaration is taken
 through the generic stages as `make run` takes it: the Feast registry, every day's
@@ -29,8 +29,9 @@ import pytest
 
 from assets import asset_key
 from assets.ingestion import source_key
+from cli import scaffold
+from cli.scaffold_survey import identifier_like
 from declare import UseCase
-from pipelines import scaffold
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
@@ -529,4 +530,4 @@ def test_a_binary_label_that_is_not_zero_or_one_is_refused(tiny, capsys):
 def test_a_number_column_reads_like_an_identifier_by_its_name_or_its_values(
     name, values, identifier
 ):
-    assert scaffold.identifier_like(pd.Series(values, name=name)) == identifier
+    assert identifier_like(pd.Series(values, name=name)) == identifier

@@ -1,4 +1,4 @@
-"""A stop (SIGTERM, SIGINT) of a command run under `pipelines.stops.supervise`, as `make run` is:
+"""A stop (SIGTERM, SIGINT) of a command run under `cli.stops.supervise`, as `make run` is:
 the run in progress ends CANCELED with its step not retried (it has a retry policy), no further
 run starts, every process of the command ends within 15 s, and the command exits 128 + the
 signal. The stop is sent once the step is seen working (its mark file)."""

@@ -57,7 +57,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sample = write_events(copy / "ratings.csv")
     scaffolded = python(
         copy,
-        *("-m", "pipelines.scaffold", NAME, "--data", str(sample), "--entity", "user_id"),
+        *("-m", "cli.scaffold", NAME, "--data", str(sample), "--entity", "user_id"),
         *("--timestamp", "ts", "--label", "liked", "--task", "binary", "--timezone", TIMEZONE),
     )
     assert scaffolded.returncode == 0, scaffolded.stderr

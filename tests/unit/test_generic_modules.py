@@ -1,6 +1,6 @@
-"""The lifecycle is generic: no module of pipelines/, assets/, resources/ or ml/ names a bundled
-use case's tables, columns, label, model, feature service or Feast views. What is specific lives
-in `usecases/<name>/` and `feature_repo/<name>.py` only, and the one list of use cases is
+"""The lifecycle is generic: no module of cli/, pipelines/, assets/, resources/ or ml/ names a
+bundled use case's tables, columns, label, model, feature service or Feast views. What is specific
+lives in `usecases/<name>/` and `feature_repo/<name>.py` only, and the one list of use cases is
 `usecases.USE_CASES`. The vocabulary is the bundled use cases' (`usecases.BUNDLED`): a use case
 added later may name its columns with ordinary words (`user`, `timestamp`) that generic code
 says too, without making the generic code specific."""
@@ -18,7 +18,7 @@ from usecases import BUNDLED, USE_CASES
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-GENERIC = ("pipelines", "assets", "resources", "ml")
+GENERIC = ("cli", "pipelines", "assets", "resources", "ml")
 
 EVERYDAY_WORDS = {
     *("date", "day", "hour", "minute", "month", "time", "year"),

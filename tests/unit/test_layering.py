@@ -1,7 +1,7 @@
 """The layers stay layered: no import cycle among the project's modules (lazy imports inside
 functions count too), no private name imported from another module, the declarations free of
-everything but the standard library, `ml/` free of Dagster and of the layers above it, and
-`assets/` free of the wiring layer."""
+everything but the standard library, `ml/` free of Dagster and of the layers above it, `assets/`
+free of the wiring layer, and the commands (`cli/`) on top: nothing below them imports them."""
 
 import ast
 import sys
@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("declare", "pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
+PACKAGES = ("declare", "cli", "pipelines", "assets", "resources", "ml", "usecases", "feature_repo")
 
 
 def module_name(path: Path) -> str:
@@ -153,3 +153,9 @@ def test_table_contracts_need_the_standard_library_alone():
     tree = modules()["resources.contracts"]
     reached = {module.split(".")[0] for module, _ in imports(tree)}
     assert reached and reached <= sys.stdlib_module_names
+
+
+def test_nothing_below_the_commands_imports_them():
+    for name, tree in modules().items():
+        if name.split(".")[0] != "cli":
+            assert all(m.split(".")[0] != "cli" for m, _ in imports(tree)), name

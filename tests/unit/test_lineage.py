@@ -11,18 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.lineage import (
+from cli.lineage import main, read_prediction
+from cli.lineage_document import (
     Input,
     Lineage,
     LineageError,
     Materialization,
     ModelFacts,
     Prediction,
-    main,
-    partitions_version,
-    read_prediction,
-    window_days,
 )
+from cli.lineage_walk import partitions_version, window_days
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import sys
 import dagster as dg
 import pytest
 
-from pipelines.lineage import _EventLog, _Read
+from cli.lineage_walk import _EventLog, _Read
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +18,7 @@ CARRIERS = dg.AssetKey(["tiny", "carrier_history"])
 
 def test_loading_the_command_imports_neither_dagster_nor_mlflow():
     # The command turns the garbage collector off before Dagster and MLflow load (3 s of CPU).
-    code = "import sys, pipelines.lineage; print(sorted({'dagster', 'mlflow'} & set(sys.modules)))"
+    code = "import sys, cli.lineage; print(sorted({'dagster', 'mlflow'} & set(sys.modules)))"
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

@@ -8,20 +8,11 @@ from pathlib import Path
 import pytest
 
 from assets import asset_key
+from cli.run import choose_use_case, default_window, history_days, main, training_split
+from cli.run_jobs import AssetRun, DayOutcome, published_stretches
+from cli.run_summary import Summary, where_lines
 from declare import TrainingWindow
 from ml.dataset import TimeSplit
-from pipelines.run import (
-    AssetRun,
-    DayOutcome,
-    Summary,
-    choose_use_case,
-    default_window,
-    history_days,
-    main,
-    published_stretches,
-    training_split,
-    where_lines,
-)
 from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
@@ -165,7 +156,7 @@ def test_where_the_results_are_follows_the_use_cases_keys_and_names():
 def test_the_ui_links_name_the_workspaces_code_location():
     import yaml
 
-    from pipelines.run import LOCATION
+    from cli.run_summary import LOCATION
 
     workspace = yaml.safe_load((Path(__file__).parents[2] / "workspace.yaml").read_text())
     (entry,) = workspace["load_from"]
@@ -202,7 +193,7 @@ def test_features_run_over_each_unbroken_stretch_of_published_days_and_a_day_add
 def test_every_run_it_starts_says_make_run_launched_it():
     import dagster as dg
 
-    from pipelines.run import run_assets, run_days
+    from cli.run_jobs import run_assets, run_days
     from pipelines.schedules import TRIGGER_TAG
 
     daily = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-05")
@@ -276,7 +267,7 @@ def test_a_stopped_command_counts_every_day_once_and_names_what_did_not_run():
         DayOutcome(days[2], False, stopped=True),
         DayOutcome(days[3], False, stopped=True),
     ]
-    from pipelines.run import Stop
+    from cli.run_summary import Stop
 
     text = "\n".join(
         Summary(
@@ -300,7 +291,7 @@ def test_a_stopped_command_counts_every_day_once_and_names_what_did_not_run():
 def test_a_training_stopped_midway_says_it_resumes():
     stopped = AssetRun(False, "", stopped="tiny__trained_model", problem="stopped by SIGTERM")
     training = AssetRun(True, "[2013-01-03, 2013-01-07)")
-    from pipelines.run import Stop
+    from cli.run_summary import Stop
 
     summary = Summary(
         TINY, [], training, stopped, {}, 2.0, to_score=["2013-01-06"], stop=Stop(15, "train")

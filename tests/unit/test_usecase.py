@@ -179,7 +179,7 @@ def test_a_trailing_window_alone_ends_the_day_before(tmp_path: Path):
 
 
 def test_readme_states_the_files_a_new_use_case_touches_as_the_scaffold_lays_them_out():
-    from pipelines.scaffold import FILES
+    from cli.scaffold import FILES
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     (count,) = re.findall(r"It touches \*\*(\d+) files\*\*", readme)

@@ -24,7 +24,7 @@ CANCELED only if its status is CANCELING when the interrupt reaches the run's en
   policy lets through, and a `DagsterExecutionInterruptedError`, by which the step and then the
   run end as interrupted, hence CANCELED. No further run starts (`Stops.check`).
 
-`make dev` runs `dagster dev` under `supervise` too (`python -m pipelines.stops`): a signal to
+`make dev` runs `dagster dev` under `supervise` too (`python -m cli.stops`): a signal to
 make's process group otherwise reaches `dagster dev` twice (from the terminal or supervisor, and
 forwarded by make), and the second aborts its shutdown of the webserver and the daemon
 ("Aborted!"), which are then left to end on their own; and a webserver whose browser
@@ -135,12 +135,12 @@ def supervise_worker(module: str, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m pipelines.stops COMMAND...` (`make dev`): `COMMAND` stopped by one SIGINT,
+    """`python -m cli.stops COMMAND...` (`make dev`): `COMMAND` stopped by one SIGINT,
     the interrupt a Dagster process shuts down on (`dagster dev` then stops its webserver,
     daemon and code servers through their shutdown pipes)."""
     command = list(sys.argv[1:] if argv is None else argv)
     if not command:
-        sys.stderr.write("usage: python -m pipelines.stops COMMAND [ARG...]\n")
+        sys.stderr.write("usage: python -m cli.stops COMMAND [ARG...]\n")
         return 2
     return supervise(command, lambda process, _signum: process.send_signal(signal.SIGINT))
 

@@ -1,0 +1,4 @@
+"""The commands people type: `make run` (`python -m cli.run`), `make lineage`
+(`python -m cli.lineage`), the scaffold of a new use case (`python -m cli.scaffold`) and the
+supervisor `make dev` runs `dagster dev` under (`python -m cli.stops`). They sit above the
+Dagster wiring (`pipelines/`), which never imports them."""
