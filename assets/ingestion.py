@@ -9,8 +9,8 @@ import dagster as dg
 from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import SMALL
 from declare import Dimension, UseCase, partition_day
+from declare.contracts import TableContract
 from resources.contract_frames import typed_empty
-from resources.contracts import TableContract
 from resources.sources import RawChunks, RawSource, RawTable, SourceError
 
 if TYPE_CHECKING:

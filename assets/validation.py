@@ -31,8 +31,8 @@ from assets.ingestion import INGESTION, KINDS, Refused, drop_metadata, read_drop
 from assets.pods import SMALL
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_VERSION_TAG
 from declare import EventTable, UseCase
+from declare.contracts import TableContract
 from resources.contract_frames import StorageError, as_stored
-from resources.contracts import TableContract
 from resources.expectations import GreatExpectations
 from resources.lake import Chunks, LakeTable, ParquetLake, stored_hash
 from resources.revisions import (

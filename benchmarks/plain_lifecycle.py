@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from declare import UseCase
-    from resources.contracts import TableContract
+    from declare.contracts import TableContract
     from resources.sources import RawSource
 
 EVENT_TIMESTAMP = "event_timestamp"

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from resources.contracts import TableContract
+from declare.contracts import TableContract
 from resources.expectations import GreatExpectations
 from usecases.flights.contracts import FLIGHTS
 from usecases.flights.features import DATA_TIMEZONE

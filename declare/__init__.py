@@ -7,6 +7,7 @@ great_expectations or torch (tests/unit/test_declare.py), so a declaration loads
 reads on its own.
 """
 
+from declare.contracts import ColumnRule, TableContract
 from declare.gate import GATE_RULES, TASKS, GatePolicy, GateRule, RegressionGatePolicy
 from declare.policies import DecayPolicy, DriftSettings, LineRule, Revisions
 from declare.usecase import (
@@ -34,6 +35,7 @@ __all__ = [
     "PREDICTED_AT",
     "SPLIT_DAYS",
     "TASKS",
+    "ColumnRule",
     "DailyPartitions",
     "Day",
     "DecayPolicy",
@@ -52,6 +54,7 @@ __all__ = [
     "RegressionGatePolicy",
     "Revisions",
     "Slice",
+    "TableContract",
     "Trailing",
     "TrainingWindow",
     "UseCase",

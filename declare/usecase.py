@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from declare.contracts import TableContract
 from declare.gate import TASKS, GatePolicy, Policy, RegressionGatePolicy
 from declare.policies import DecayPolicy, DriftSettings, Revisions
 
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ml.features import FeatureTable, TableStream
-    from resources.contracts import TableContract
     from resources.sources import RawSource
 
 GRAINS = ("event", "entity_day")
@@ -87,7 +87,7 @@ class EventTable:
     """A raw table that arrives a day at a time: ingested as `raw_<table>`, audited against its
     contract, published as `validated_<table>` with its broken rows in `quarantined_<table>`."""
 
-    contract: "TableContract"
+    contract: TableContract
     description: str
     """What one day of it is, as the catalog shows it."""
     publish: "Callable[[pd.DataFrame], pd.DataFrame] | None" = None

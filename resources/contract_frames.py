@@ -6,7 +6,7 @@ functions only: the code location must load without it.
 
 from typing import TYPE_CHECKING
 
-from resources.contracts import ColumnRule, TableContract
+from declare.contracts import ColumnRule, TableContract
 from resources.validation_report import SAMPLE_SIZE
 
 if TYPE_CHECKING:

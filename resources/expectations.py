@@ -1,7 +1,7 @@
 """Great Expectations 1.x, called directly: a partition's frame validated against its table's
 contract.
 
-`GreatExpectations` runs a `TableContract` (resources/contracts.py) as its GX suite (built in
+`GreatExpectations` runs a `TableContract` (declare/contracts.py) as its GX suite (built in
 resources/gx_suites.py) on one partition's frame and returns a typed `ValidationReport`
 (resources/validation_report.py). Rules come in two levels:
 
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from resources.contracts import TableContract
+from declare.contracts import TableContract
 from resources.data_docs import gx_context, publish
 from resources.gx_screening import DayFrame, joint_days, screen, shifted
 from resources.gx_suites import (

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from resources.contracts import TableContract
+from declare.contracts import TableContract
 from resources.gx_suites import (
     CONDITION_KEY,
     ROW_COUNT,

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from resources.contracts import TableContract
+from declare.contracts import TableContract
 from resources.data_docs import gx_context
 
 RULE_KEY = "ml_lifecycle_rule"

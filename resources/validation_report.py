@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from resources.contracts import TableContract
+from declare.contracts import TableContract
 from resources.gx_suites import COLUMN_SET, RULE_KEY
 from resources.sources import UTC_OFFSET
 

@@ -25,8 +25,8 @@ from declare import (
     TrainingWindow,
     UseCase,
 )
+from declare.contracts import ColumnRule, TableContract
 from ml.dataset import repeated_keys
-from resources.contracts import ColumnRule, TableContract
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
 

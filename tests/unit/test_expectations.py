@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from declare.contracts import ColumnRule, TableContract
 from resources import expectations
 from resources.contract_frames import StorageError, as_stored
-from resources.contracts import ColumnRule, TableContract
 from resources.expectations import GreatExpectations
 from resources.gx_screening import DayFrame
 from resources.sources import parse_timestamps

@@ -147,14 +147,6 @@ def test_assets_never_import_the_wiring_layer():
             assert all(m.split(".")[0] != "pipelines" for m, _ in imports(tree)), name
 
 
-def test_table_contracts_need_the_standard_library_alone():
-    """resources/contracts.py is a declaration: importing it at any depth reaches no third-party
-    library and no other project module."""
-    tree = modules()["resources.contracts"]
-    reached = {module.split(".")[0] for module, _ in imports(tree)}
-    assert reached and reached <= sys.stdlib_module_names
-
-
 def test_nothing_below_the_commands_imports_them():
     for name, tree in modules().items():
         if name.split(".")[0] != "cli":

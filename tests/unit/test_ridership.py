@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from declare.contracts import TableContract
 from ml.features import EVENT_TIMESTAMP, whole
-from resources.contracts import TableContract
 from resources.sources import DropFolderSource
 from usecases.ridership import baseline, features, source
 from usecases.ridership.bundled import BundledRidershipSource

@@ -22,7 +22,7 @@ from declare import (
     TrainingWindow,
     UseCase,
 )
-from resources.contracts import ColumnRule, TableContract
+from declare.contracts import ColumnRule, TableContract
 from resources.registry import local_registry
 
 

@@ -1,12 +1,12 @@
 """What the flights use case's raw tables must look like; the validation suites are built from
-this. The rule kinds are generic (`resources.contracts.TableContract`); the columns, ranges and
+this. The rule kinds are generic (`declare.contracts.TableContract`); the columns, ranges and
 sets below are the flights'.
 """
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-from resources.contracts import ColumnRule, TableContract
+from declare.contracts import ColumnRule, TableContract
 
 if TYPE_CHECKING:
     import pandas as pd

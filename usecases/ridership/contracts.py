@@ -1,10 +1,10 @@
 """What the ridership use case's raw tables must look like; the validation suites are built from
-this. The rule kinds are generic (`resources.contracts.TableContract`); the columns, ranges and
+this. The rule kinds are generic (`declare.contracts.TableContract`); the columns, ranges and
 sets below are the ridership data's (units: thousands of riders, °F, inches of mercury, mph,
 inches of precipitation; `weather_*` are the shares of the day's observations that report it).
 """
 
-from resources.contracts import ColumnRule, TableContract
+from declare.contracts import ColumnRule, TableContract
 from usecases.ridership.days import STATIONS
 
 MISSING = ("", "NA")
