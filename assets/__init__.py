@@ -8,18 +8,19 @@ them again. A full collection over them is ~50 ms, a fifth of what loading the d
 after `import dagster` (docs/benchmarks.md, P1).
 """
 
+import contextlib
 import functools
 import gc
 import importlib
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from ml.results import FilePath, Link, Markdown, image
+from ml.results import CheckOutcome, FilePath, Link, Markdown, Refused, image
 
 if TYPE_CHECKING:
     from declare import UseCase
@@ -101,6 +102,30 @@ def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             shown[key] = value
     return shown
+
+
+@contextlib.contextmanager
+def refusing(step: str) -> Iterator[None]:
+    """An `ml/` service's refusal of its input (`ml.results.Refused`) as the step's failure,
+    never retried; any other error is left to the step's retry policy."""
+    try:
+        yield
+    except Refused as refused:
+        raise dg.Failure(f"{step}: {refused}", allow_retries=False) from None
+
+
+SEVERITY = {"error": dg.AssetCheckSeverity.ERROR, "warn": dg.AssetCheckSeverity.WARN}
+
+
+def check_result(outcome: CheckOutcome) -> dg.AssetCheckResult:
+    """A stage's check outcome (`ml.results.CheckOutcome`) as Dagster's check result."""
+    return dg.AssetCheckResult(
+        check_name=outcome.name,
+        passed=outcome.passed,
+        severity=SEVERITY[outcome.severity],
+        description=outcome.description,
+        metadata=dagster_metadata(outcome.metadata),
+    )
 
 
 def markdown_image(title: str, png: bytes) -> dg.MetadataValue:

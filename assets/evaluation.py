@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key, dagster_metadata, result_type
+from assets import (
+    EXTERNAL_RETRY,
+    asset_key,
+    check_result,
+    dagster_metadata,
+    refusing,
+    result_type,
+)
 from assets.config import config_class
 from assets.pods import EVALUATION as EVALUATION_POD
 from declare import GATE_RULES, Slice, UseCase
@@ -24,6 +31,7 @@ from resources.launchers import TrainingLauncher
 from resources.serving import ModelServing
 
 if TYPE_CHECKING:
+    from ml.evaluate import Champion
     from ml.metrics import SliceSpec
 
 EVALUATION = "evaluation"
@@ -73,17 +81,29 @@ def _gate_checks(case: UseCase) -> list[dg.AssetCheckSpec]:
     ]
 
 
+def _inputs(case: UseCase) -> dict[str, dg.AssetIn]:
+    trained = result_type("ml.results.TrainedRun")
+    return {
+        "trained_model": dg.AssetIn(asset_key(case, "trained_model"), dagster_type=trained),
+        "training_set": dg.AssetIn(asset_key(case, "training_set")),
+    }
+
+
+def _champion(case: UseCase, serving: ModelServing) -> "Champion | None":
+    from ml.evaluate import Champion
+
+    served = serving.champion(case.registered_model)
+    if served is None:
+        return None
+    return Champion(case.registered_model, served.version.version, served.scorer)
+
+
 def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
     config_type = evaluation_config(case)
 
     @dg.asset(
         key=asset_key(case, "model_evaluation"),
-        ins={
-            "trained_model": dg.AssetIn(
-                asset_key(case, "trained_model"), dagster_type=result_type("ml.results.TrainedRun")
-            ),
-            "training_set": dg.AssetIn(asset_key(case, "training_set")),
-        },
+        ins=_inputs(case),
         group_name=case.group(EVALUATION),
         kinds={"pytorch", "onnx"},
         code_version="1",
@@ -101,37 +121,19 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         launcher: TrainingLauncher,
     ):
         """Test-split metrics, slices and plots of the new model and the champion; the gate."""
-        from ml.evaluate import Champion, EvaluationRefused, evaluate_model
+        from ml.evaluate import evaluate_model
 
-        served = serving.champion(case.registered_model)
-        champion = None
-        if served is not None:
-            champion = Champion(case.registered_model, served.version.version, served.scorer)
-        try:
+        policy, slices = _policy(case, config), _slice_specs(config)
+        champion, name = _champion(case, serving), case.registered_model
+        with refusing("model_evaluation"):
             evaluation = evaluate_model(
-                case.registered_model,
-                trained_model,
-                training_set,
-                _policy(case, config),
-                _slice_specs(config),
-                case.baseline,
-                champion,
+                name, trained_model, training_set, policy, slices, case.baseline, champion,
                 launcher.file_mode,
-            )
-        except EvaluationRefused as refused:
-            raise dg.Failure(f"model_evaluation: {refused}", allow_retries=False) from None
-        # The training's MLflow run gets the same figures, by the same names, as the metadata.
-        tracked = serving.registry.log_metrics(
-            trained_model.mlflow_run_id, evaluation.test_figures()
-        )
-        for rule, passed, summary, metadata in evaluation.checks():
-            yield dg.AssetCheckResult(
-                check_name=rule,
-                passed=passed,
-                severity=dg.AssetCheckSeverity.ERROR,
-                description=summary,
-                metadata=dagster_metadata(metadata),
-            )
+            )  # fmt: skip
+        figures = evaluation.test_figures()
+        tracked = serving.registry.log_metrics(trained_model.mlflow_run_id, figures)
+        for outcome in evaluation.checks():
+            yield check_result(outcome)
         metadata = {**evaluation.metadata(), "mlflow_run": Link(tracked)}
         yield dg.Output(evaluation, metadata=dagster_metadata(metadata))
 

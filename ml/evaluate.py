@@ -21,15 +21,15 @@ from ml.dataset import fingerprint
 from ml.files import atomic_write
 from ml.gate import GateReport, decide
 from ml.metrics import Evaluation, SliceSpec, best_threshold, evaluate
-from ml.results import FilePath, Markdown, TrainedRun, bullets, image
+from ml.results import CheckOutcome, FilePath, Markdown, Refused, TrainedRun, bullets, image
 
 GATE_REPORT = "gate_report.json"
 """The decision, written beside the weights it judged."""
 SPLITS = ("validation", "test")
 
 
-class EvaluationRefused(ValueError):
-    """The model cannot be judged on these rows; the message says why. Never retried."""
+class EvaluationRefused(Refused):
+    """The model cannot be judged on these rows; the message says why."""
 
 
 class ChampionScorer(Protocol):
@@ -107,10 +107,15 @@ class ModelEvaluation:
             figures["test_threshold"] = self.threshold
         return {k: float(v) for k, v in figures.items() if v is not None}
 
-    def checks(self) -> list[tuple[str, bool, str, dict[str, Any]]]:
-        """Each gate rule's (name, passed, summary, metadata): the asset's blocking checks."""
+    def checks(self) -> list[CheckOutcome]:
+        """Each gate rule's outcome: the asset's blocking checks."""
         return [
-            (r.rule, r.passed, r.summary, {"failures": bullets(r.failures)} if r.failures else {})
+            CheckOutcome(
+                r.rule,
+                r.passed,
+                r.summary,
+                metadata={"failures": bullets(r.failures)} if r.failures else {},
+            )
             for r in self.report.rules
         ]
 
@@ -228,6 +233,10 @@ def evaluate_model(
         threshold=threshold,
         scored=Scored(labels, scores, intervals, judged, model_name),
     )
+
+
+def _failures(lines: list[str]) -> dict[str, Markdown]:
+    return {"failures": bullets(lines)} if lines else {}
 
 
 def _baseline(column: str | None, test: pd.DataFrame) -> np.ndarray | None:

@@ -8,7 +8,13 @@ report, another result) says how it is stored with `to_document()` and `from_doc
 """
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class Refused(ValueError):
+    """A stage refuses its input (a changed training set, NaN scores, ...); the message says
+    why. Never retried: the same input is refused again."""
 
 
 class Markdown(str):
@@ -30,6 +36,19 @@ def image(title: str, png: bytes) -> Markdown:
 
 def bullets(lines: list[str]) -> Markdown:
     return Markdown("\n".join(f"- {line}" for line in lines))
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The outcome of one of a stage's checks (an asset check in Dagster)."""
+
+    name: str
+    passed: bool
+    description: str
+    """One line with the numbers."""
+    severity: Literal["error", "warn"] = "error"
+    """How a failure counts: "error" blocks what follows, "warn" is reported."""
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
