@@ -2,9 +2,9 @@
 task, entities, split, slices and policies, as plain frozen dataclasses checked when they are made.
 
 A use case's folder under `usecases/` imports its declaration's parts from here; the lifecycle
-(`assets/`, `pipelines/`) builds every stage from a `UseCase`. Nothing here imports dagster, feast,
-great_expectations or torch (tests/unit/test_layering.py), so a declaration loads in milliseconds and
-reads on its own.
+(`assets/`, `pipelines/`) builds every stage from a `UseCase`. Nothing here imports dagster,
+feast, great_expectations or torch (tests/unit/test_layering.py), so a declaration loads in
+milliseconds and reads on its own.
 """
 
 from declare.contracts import ColumnRule, TableContract
