@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     import feast  # noqa: F401
 
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
-    from pipelines.definitions import USE_CASES, defs, environment, instance_file, local_home
+    from pipelines.definitions import SETTINGS, USE_CASES, defs, instance_file
     from pipelines.run_health import release_dead_runs
 
     try:
@@ -335,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     def job(base: str) -> dg.JobDefinition:
         return defs.resolve_job_def(definition_name(case, base))
 
-    home = local_home()
-    ensure_dagster_home(home, instance_file(environment()))
+    home = SETTINGS.home
+    ensure_dagster_home(home, instance_file(SETTINGS.profile))
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance, Stops(instance) as stops:
         driver = Driver(case, days, job, instance, stops)

@@ -1,9 +1,10 @@
 """THE entry point: one Definitions for the whole lifecycle.
 
-The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `local`):
+The environment is chosen here and nowhere else, from one typed settings object read when the
+code location loads (`pipelines.settings.Settings`; README.md's table lists every variable):
 
-- `local`: embedded defaults. State lives under one folder, `ML_LIFECYCLE_HOME` (default
-  `<repo>/.local`), so a reset is one `rm -rf`.
+- `local` (default): embedded services. State lives under one folder, `ML_LIFECYCLE_HOME`
+  (default `<repo>/.local`), so a reset is one `rm -rf`.
 - `prod`: shared services, every connection setting from the environment through `EnvVar`
   (deploy/.env.example lists them): the lake at `ML_LIFECYCLE_LAKE_URL`, Feast's SQL registry
   (`FEAST_REGISTRY_URL`) and Redis online store (`FEAST_REDIS_URL`), MLflow on PostgreSQL
@@ -11,24 +12,12 @@ The environment is chosen here and nowhere else (`ML_LIFECYCLE_ENV`, default `lo
   is deploy/dagster.yaml, or the Helm chart's on Kubernetes. Working files (checkpoints, the
   serving cache, GX data docs) stay under `ML_LIFECYCLE_HOME`, a volume on a cluster.
 
-In both, `ML_LIFECYCLE_LAUNCHER` chooses where training runs: `torchrun` (default; this machine or
-the run's pod), `k8s-pod` or `k8s-multinode` (resources/kubernetes.py), configured by the YAML file
-`ML_LIFECYCLE_LAUNCHER_CONFIG` (docs/kubernetes.md). Raw data comes from each use case's bundled
-data set unless `ML_LIFECYCLE_DROP_FOLDER` names a folder of daily drops (each file at most
-`ML_LIFECYCLE_MAX_DROP_MIB`, default 256, read `ML_LIFECYCLE_CHUNK_MIB` at a time, default 4,
-once unchanged for `ML_LIFECYCLE_DROP_SETTLE_S`, default 2, or once its completion marker of the
-suffix `ML_LIFECYCLE_DROP_COMPLETION_SUFFIX` is there, where the producer writes one);
-`ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured), and
-`ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the files the pipeline publishes: lake
-tables and documents, predictions, a training run's weights, checkpoints and ONNX files. Loading
-this module imports no heavy library (see tests/unit/test_definitions.py).
+Loading this module imports no heavy library (see tests/unit/test_definitions.py).
 """
 
 import dataclasses
 import functools
-import os
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
@@ -41,7 +30,6 @@ from assets.monitoring import monitoring_assets
 from assets.training import training_assets
 from assets.validation import event_table_assets
 from declare import UseCase
-from ml.files import FILE_MODE, check_file_mode
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
 from pipelines.sensors import (
@@ -50,6 +38,7 @@ from pipelines.sensors import (
     build_prediction_sensor,
     build_range_sensor,
 )
+from pipelines.settings import REPO_ROOT, Settings
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.k8s_manifests import KubernetesLauncher
@@ -61,135 +50,99 @@ from resources.serving import ModelServing
 from resources.sources import DropFolderSource, RawSource
 from usecases import USE_CASES
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULTS = Settings()
+"""A deployment with no variable set: what tests build their definitions with."""
 
 
-def local_home() -> Path:
-    """The folder that holds all local state (Dagster home, lake, GX docs, later models)."""
-    return Path(os.environ.get("ML_LIFECYCLE_HOME", REPO_ROOT / ".local")).resolve()
-
-
-def source(case: UseCase) -> RawSource:
-    """Where `case`'s raw tables come from: the drop folder `ML_LIFECYCLE_DROP_FOLDER` (one for
-    every use case: tables are told apart by name), else the use case's bundled data."""
-    drops = os.environ.get("ML_LIFECYCLE_DROP_FOLDER")
-    if not drops:
+def source(case: UseCase, settings: Settings) -> RawSource:
+    """Where `case`'s raw tables come from: the drop folder (one for every use case: tables are
+    told apart by name), else the use case's bundled data."""
+    if settings.drop_folder is None:
         return case.source()
-    settings: dict[str, Any] = {
-        field: float(value)
-        for field, variable in (
-            ("max_drop_mib", "ML_LIFECYCLE_MAX_DROP_MIB"),
-            ("chunk_mib", "ML_LIFECYCLE_CHUNK_MIB"),
-            ("settle_s", "ML_LIFECYCLE_DROP_SETTLE_S"),
-        )
-        if (value := os.environ.get(variable))
+    limits = {
+        "max_drop_mib": settings.max_drop_mib,
+        "chunk_mib": settings.chunk_mib,
+        "settle_s": settings.drop_settle_s,
+        "completion_suffix": settings.drop_completion_suffix,
     }
-    if suffix := os.environ.get("ML_LIFECYCLE_DROP_COMPLETION_SUFFIX"):
-        settings["completion_suffix"] = suffix
-    return DropFolderSource(root=drops, **settings)
+    given = {name: value for name, value in limits.items() if value is not None}
+    return DropFolderSource(root=str(settings.drop_folder), **given)
 
 
-def batched(case: UseCase) -> UseCase:
-    """`case` with `ML_LIFECYCLE_DAYS_PER_RUN`, when set, as the days a backfill run takes
-    together (the declaration's `partitions.days_per_run` otherwise): fewer on a machine where
-    a run of a month takes too long to give back its slot, more where process starts dominate."""
-    text = os.environ.get("ML_LIFECYCLE_DAYS_PER_RUN")
-    if not text:
+def batched(case: UseCase, settings: Settings) -> UseCase:
+    """`case` with the deployment's days per backfill run, when set (the declaration's
+    `partitions.days_per_run` otherwise)."""
+    if settings.days_per_run is None:
         return case
-    try:
-        days = int(text)
-    except ValueError:
-        raise ValueError(f"ML_LIFECYCLE_DAYS_PER_RUN={text!r} is not a whole number") from None
-    changed = dataclasses.replace(
-        case, partitions=dataclasses.replace(case.partitions, days_per_run=days)
-    )
-    changed.partitions.check(case.name)
-    return changed
+    days = dataclasses.replace(case.partitions, days_per_run=settings.days_per_run)
+    return dataclasses.replace(case, partitions=days)
 
 
-def file_mode() -> int:
-    """`ML_LIFECYCLE_FILE_MODE`, an octal mode such as 640 (the default: group-readable) or 644
-    (world-readable), checked."""
-    text = os.environ.get("ML_LIFECYCLE_FILE_MODE")
-    if not text:
-        return FILE_MODE
-    try:
-        return check_file_mode(int(text, 8))
-    except ValueError as error:
-        raise ValueError(f"ML_LIFECYCLE_FILE_MODE={text!r}: {error}") from None
-
-
-def _registry(home: Path) -> MlflowRegistry:
-    """MLflow under `home` (SQLite + files), or a shared server when `MLFLOW_TRACKING_URI` is set,
-    as MLflow's own tools read it."""
-    return production_registry() if os.environ.get("MLFLOW_TRACKING_URI") else local_registry(home)
+def _registry(settings: Settings) -> MlflowRegistry:
+    """MLflow under the home (SQLite + files), or a shared server when `MLFLOW_TRACKING_URI` is
+    set, as MLflow's own tools read it."""
+    return production_registry() if settings.shared_mlflow else local_registry(settings.home)
 
 
 LAUNCHERS: dict[str, type[KubernetesLauncher]] = {"k8s-pod": K8sPod, "k8s-multinode": K8sMultiNode}
 """The cluster launchers by `ML_LIFECYCLE_LAUNCHER` value; `torchrun` is the default."""
 
 
-def launcher(home: Path, mode: int = FILE_MODE) -> TrainingLauncher:
-    """The training launcher `ML_LIFECYCLE_LAUNCHER` names.
-
-    A cluster launcher takes its fields from the YAML file `ML_LIFECYCLE_LAUNCHER_CONFIG` (a
-    ConfigMap on a cluster). Its image defaults to `IMAGE_TAG`, the image this code runs in, so
-    training runs the same code and the run manifest records which. These are settings, not
-    secrets; they are checked here, when the code location loads, so a mistake shows at deploy."""
-    kind = os.environ.get("ML_LIFECYCLE_LAUNCHER", "torchrun")
-    if kind == "torchrun":
-        processes = os.environ.get("ML_LIFECYCLE_TRAIN_PROCESSES")
+def launcher(settings: Settings) -> TrainingLauncher:
+    """The training launcher the settings name. A cluster launcher takes its fields from the
+    YAML file `launcher_config` (a ConfigMap on a cluster); its image defaults to `image_tag`,
+    the image this code runs in, so training runs the same code and the run manifest records
+    which. They are checked here, when the code location loads, so a mistake shows at deploy."""
+    mode = settings.file_mode
+    if settings.launcher == "torchrun":
         return LocalTorchrun(
-            output_root=str(home / "models"),
-            processes=int(processes) if processes else None,
+            output_root=str(settings.home / "models"),
+            processes=settings.train_processes,
             file_mode=mode,
         )
-    if kind not in LAUNCHERS:
-        known = ", ".join(["torchrun", *LAUNCHERS])
-        raise ValueError(f"ML_LIFECYCLE_LAUNCHER={kind!r} is not a launcher; use one of {known}")
-    settings_file = os.environ.get("ML_LIFECYCLE_LAUNCHER_CONFIG")
-    if not settings_file:
-        raise ValueError(f"ML_LIFECYCLE_LAUNCHER={kind} needs ML_LIFECYCLE_LAUNCHER_CONFIG")
     import yaml
 
-    settings = yaml.safe_load(Path(settings_file).read_text()) or {}
-    if not isinstance(settings, dict):
-        raise ValueError(f"ML_LIFECYCLE_LAUNCHER_CONFIG={settings_file}: expected a mapping")
-    if "image" not in settings and os.environ.get("IMAGE_TAG"):
-        settings["image"] = os.environ["IMAGE_TAG"]
-    return LAUNCHERS[kind](**{"file_mode": mode, **settings})
+    assert settings.launcher_config is not None  # Settings requires it for a cluster launcher
+    fields = yaml.safe_load(settings.launcher_config.read_text()) or {}
+    if not isinstance(fields, dict):
+        raise ValueError(
+            f"ML_LIFECYCLE_LAUNCHER_CONFIG={settings.launcher_config}: expected a mapping"
+        )
+    if "image" not in fields and settings.image_tag:
+        fields["image"] = settings.image_tag
+    return LAUNCHERS[settings.launcher](**{"file_mode": mode, **fields})
 
 
-def sources() -> dict[str, RawSource]:
+def sources(settings: Settings) -> dict[str, RawSource]:
     """Each use case's raw source, under its resource key."""
-    return {source_key(case): source(case) for case in USE_CASES}
+    return {source_key(case): source(case, settings) for case in USE_CASES}
 
 
-def local_resources(home: Path) -> dict[str, object]:
-    """Embedded defaults: everything on this machine, under `home`."""
-    registry = _registry(home)
-    lake, mode = str(home / "lake"), file_mode()
+def local_resources(settings: Settings) -> dict[str, object]:
+    """Embedded defaults: everything on this machine, under the settings' home."""
+    home, registry = settings.home, _registry(settings)
+    lake, mode = str(home / "lake"), settings.file_mode
     return {
-        **sources(),
+        **sources(settings),
         "lake": ParquetLake(root=lake, file_mode=mode),
         "lake_paths": LakePaths(root=lake, file_mode=mode),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
         "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         "documents": JsonDocuments(root=lake, file_mode=mode),
         "lake_files": LakeFiles(root=lake, file_mode=mode),
-        "launcher": launcher(home, mode),
+        "launcher": launcher(settings),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }
 
 
-def production_resources(home: Path) -> dict[str, object]:
+def production_resources(settings: Settings) -> dict[str, object]:
     """Shared services, connected through `EnvVar` (read when a run starts, never shown in run
     config or the UI): the same resources as `local_resources`, other backends."""
     lake = dg.EnvVar("ML_LIFECYCLE_LAKE_URL")
-    registry, mode = production_registry(), file_mode()
+    home, registry, mode = settings.home, production_registry(), settings.file_mode
     return {
-        **sources(),
+        **sources(settings),
         "lake": ParquetLake(root=lake, file_mode=mode),
         # A training set in an object store is copied here for torchrun (on a volume the
         # training pods mount at the same path, with the Kubernetes launchers).
@@ -204,14 +157,14 @@ def production_resources(home: Path) -> dict[str, object]:
         ),
         "documents": JsonDocuments(root=lake, file_mode=mode),
         "lake_files": LakeFiles(root=lake, file_mode=mode),
-        "launcher": launcher(home, mode),
+        "launcher": launcher(settings),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
     }
 
 
-def executor() -> dg.ExecutorDefinition:
-    """How a run executes its steps, `ML_LIFECYCLE_EXECUTOR`:
+def executor(settings: Settings) -> dg.ExecutorDefinition:
+    """How a run executes its steps (`Settings.executor`):
 
     - `in_process` (default): one process per run. On a two-core machine a process per step
       spends more time importing GX (~7 s), Feast (~11 s) and torch than the step computes; runs
@@ -219,19 +172,13 @@ def executor() -> dg.ExecutorDefinition:
     - `multiprocess`: a process per step, steps of one run in parallel.
     - `k8s_job`: a Kubernetes pod per step, sized by its `dagster-k8s/config` tags
       (assets/pods.py; docs/cluster.md)."""
-    name = os.environ.get("ML_LIFECYCLE_EXECUTOR", "in_process")
-    if name == "in_process":
-        return dg.in_process_executor
-    if name == "multiprocess":
+    if settings.executor == "multiprocess":
         return dg.multiprocess_executor
-    if name == "k8s_job":
+    if settings.executor == "k8s_job":
         from dagster_k8s import k8s_job_executor
 
         return k8s_job_executor
-    raise ValueError(
-        f"ML_LIFECYCLE_EXECUTOR={name!r} is not an executor; use in_process, multiprocess or"
-        " k8s_job"
-    )
+    return dg.in_process_executor
 
 
 ENVIRONMENTS = {"local": local_resources, "prod": production_resources}
@@ -243,26 +190,13 @@ INSTANCE_FILES = {
 on Kubernetes the Helm chart writes the production one)."""
 
 
-def environment() -> str:
-    """`ML_LIFECYCLE_ENV`, checked."""
-    name = os.environ.get("ML_LIFECYCLE_ENV", "local")
-    if name not in ENVIRONMENTS:
-        known = " or ".join(repr(known) for known in ENVIRONMENTS)
-        raise ValueError(f"ML_LIFECYCLE_ENV={name!r} is not a known environment; use {known}")
-    return name
+def instance_file(profile: str) -> Path:
+    return INSTANCE_FILES[profile]
 
 
-def instance_file(environment: str) -> Path:
-    return INSTANCE_FILES[environment]
-
-
-def resources_for(environment: str) -> dict[str, object]:
-    if environment not in ENVIRONMENTS:
-        known = " or ".join(repr(name) for name in ENVIRONMENTS)
-        raise ValueError(
-            f"ML_LIFECYCLE_ENV={environment!r} is not a known environment; use {known}"
-        )
-    return ENVIRONMENTS[environment](local_home())
+def resources_for(settings: Settings) -> dict[str, object]:
+    """The resources of the settings' profile."""
+    return ENVIRONMENTS[settings.profile](settings)
 
 
 OWNERS = {
@@ -290,11 +224,11 @@ def owned(case: UseCase, spec: dg.AssetSpec) -> dg.AssetSpec:
 
 
 def use_case_definitions(
-    case: UseCase, automation: AutomationSettings | None = None
+    case: UseCase, automation: AutomationSettings | None = None, settings: Settings = DEFAULTS
 ) -> dg.Definitions:
     """One use case's assets, checks, jobs, schedules and sensors, built from its declaration."""
-    automation = automation or AutomationSettings.from_env(case)
-    case = batched(case)
+    automation = automation or AutomationSettings.of(case, settings)
+    case = batched(case, settings)
     assets = [
         *dimension_assets(case),
         *event_table_assets(case),
@@ -336,13 +270,16 @@ def definitions(
     resources: dict[str, object],
     automation: AutomationSettings | None = None,
     use_cases: tuple[UseCase, ...] = USE_CASES,
+    settings: Settings = DEFAULTS,
 ) -> dg.Definitions:
     """Every use case's lifecycle, wired to `resources` (tests pass their own, under a temporary
     home), in one code location."""
     return dg.Definitions.merge(
-        *(use_case_definitions(case, automation) for case in use_cases),
-        dg.Definitions(resources=resources, executor=executor()),
+        *(use_case_definitions(case, automation, settings) for case in use_cases),
+        dg.Definitions(resources=resources, executor=executor(settings)),
     )
 
 
-defs = definitions(resources_for(environment()))
+SETTINGS = Settings.from_env()
+"""This deployment's settings, read once, when the code location loads."""
+defs = definitions(resources_for(SETTINGS), settings=SETTINGS)

@@ -1,15 +1,9 @@
 """Schedules: a use case's nightly day and nightly retrain.
 
 Both are off until switched on (UI → Automation, or `ML_LIFECYCLE_AUTOMATION=on` for a
-deployment that should start with them running). Their defaults are the use case's declaration;
-the environment overrides them so that an operator changes them without touching code:
-
-| variable | default | what |
-|---|---|---|
-| `ML_LIFECYCLE_DAILY_AT` | `daily_at` | when the day before is processed, in the data's timezone |
-| `ML_LIFECYCLE_RETRAIN_CRON` | `retrain_cron` | when the nightly retrain starts |
-| `ML_LIFECYCLE_SCHEDULE_TIMEZONE` | `partitions.timezone` | the retrain cron's timezone |
-| `ML_LIFECYCLE_TRAINING_DAYS` | `window.days` | days in a retrain's training window |
+deployment that should start with them running). When they run is the use case's declaration
+(`UseCase.daily_at`, `retrain_cron`, its partitions' time zone, `TrainingWindow.days`), which the
+environment never overrides (`pipelines.settings`).
 
 The daily schedule runs in the partitions' own timezone (where a day is cut): Dagster ties a
 partitioned schedule to it, so its hour is all there is to set. That hour may not come before
@@ -23,8 +17,7 @@ window is trained once however many ticks name it.
 """
 
 import datetime as dt
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -32,6 +25,7 @@ import dagster as dg
 from assets import asset_key
 from declare import Label, UseCase, partition_day
 from pipelines.jobs import Job, definition_name, find_job
+from pipelines.settings import Settings
 
 TRIGGER_TAG = "ml_lifecycle/trigger"
 WINDOW_END_TAG = "ml_lifecycle/window_end"
@@ -39,8 +33,8 @@ WINDOW_END_TAG = "ml_lifecycle/window_end"
 
 @dataclass(frozen=True)
 class AutomationSettings:
-    """How one use case's schedules and drift sensor run: its declaration's defaults, overridden
-    by the environment (`from_env`)."""
+    """How one use case's schedules and sensors run: when, from its declaration; whether they
+    start running and how long a retrain request holds off the next, from the deployment (`of`)."""
 
     daily_at: str
     """HH:MM in the data timezone; the tick processes the day that ended before it."""
@@ -56,21 +50,19 @@ class AutomationSettings:
     """The use case's label, whose delay (`Label.known_after`) `daily_at` may not come before."""
 
     @classmethod
-    def from_env(cls, case: UseCase, env: Mapping[str, str] = os.environ) -> "AutomationSettings":
-        """`case`'s declared automation, overridden by the environment's variables, checked."""
-        settings = cls(
-            daily_at=env.get("ML_LIFECYCLE_DAILY_AT", case.daily_at),
-            retrain_cron=env.get("ML_LIFECYCLE_RETRAIN_CRON", case.retrain_cron),
-            timezone=env.get("ML_LIFECYCLE_SCHEDULE_TIMEZONE", case.partitions.timezone),
-            training_days=int(env.get("ML_LIFECYCLE_TRAINING_DAYS", case.window.days)),
-            drift_cooldown_hours=float(
-                env.get("ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS", cls.drift_cooldown_hours)
-            ),
-            running=env.get("ML_LIFECYCLE_AUTOMATION", "off").lower() in {"on", "1", "true"},
+    def of(cls, case: UseCase, settings: Settings) -> "AutomationSettings":
+        """`case`'s declared automation, run as the deployment's settings say, checked."""
+        automation = cls(
+            daily_at=case.daily_at,
+            retrain_cron=case.retrain_cron,
+            timezone=case.partitions.timezone,
+            training_days=case.window.days,
+            drift_cooldown_hours=settings.drift_cooldown_hours,
+            running=settings.automation,
             label=case.label,
         )
-        settings.validate()
-        return settings
+        automation.validate()
+        return automation
 
     def validate(self) -> None:
         """Refuses what Dagster would not say by name (it checks the cron strings itself)."""

@@ -26,6 +26,7 @@ import dagster as dg
 import pytest
 
 from pipelines.definitions import definitions, production_resources
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
@@ -159,7 +160,7 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with databases("dagster", "feast", "mlflow") as names:
         variables = production_variables(home, names)
         with mock.patch.dict(os.environ, variables):
-            resources = production_resources(home)
+            resources = production_resources(Settings.from_env())
             # The instance reads DAGSTER_POSTGRES_URL once, when it connects.
             instance = dg.DagsterInstance.from_config(str(dagster_home))
         resources["flights_source"] = DropFolderSource(root=str(drops))

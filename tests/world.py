@@ -23,6 +23,7 @@ import pytest
 
 from assets import asset_key
 from pipelines.definitions import definitions, local_resources
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
@@ -155,7 +156,7 @@ def make_drops(root: Path, days: list[str]) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = tmp_path_factory.mktemp("world")
     drops = make_drops(home / "drops", HISTORY + DAYS)
-    resources = local_resources(home)
+    resources = local_resources(Settings(home=home))
     resources["flights_source"] = DropFolderSource(root=str(drops))
     resources["expectations"] = GreatExpectations(
         data_docs_dir=str(home / "docs"), build_data_docs=False

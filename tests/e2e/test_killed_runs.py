@@ -35,6 +35,7 @@ from ml import checkpoint
 from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.definitions import definitions, local_resources
 from pipelines.run_health import release_dead_runs
+from pipelines.settings import Settings
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
@@ -242,7 +243,7 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mini]:
     (home / "dagster_home" / "dagster.yaml").write_text(
         (REPO / "deploy" / "dagster.local.yaml").read_text()
     )
-    resources = local_resources(home)
+    resources = local_resources(Settings(home=home))
     resources["flights_source"] = DropFolderSource(root=str(drops))
     resources["launcher"] = LocalTorchrun(output_root=str(home / "models"), processes=2)
     registry = resources["mlflow"]

@@ -14,6 +14,7 @@ import pytest
 from assets import asset_key
 from ml.dataset import fingerprint
 from pipelines.definitions import definitions, local_resources
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
 from resources.sources import DropFolderSource
@@ -95,7 +96,7 @@ def _drops(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = tmp_path_factory.mktemp("home")
-    resources = local_resources(home)
+    resources = local_resources(Settings(home=home))
     resources["flights_source"] = DropFolderSource(root=str(_drops(home / "drops")))
     resources["expectations"] = GreatExpectations(
         data_docs_dir=str(home / "docs"), build_data_docs=False

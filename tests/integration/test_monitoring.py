@@ -20,6 +20,7 @@ from assets.monitoring import DRIFT_CHECK, REALIZED_CHECK
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings
 from pipelines.sensors import DECAY, EVENT_TAG, build_drift_sensor, build_event_sensor
+from pipelines.settings import Settings
 from tests.conftest import node
 from tests.world import World
 from usecases.flights import USE_CASE as CASE
@@ -61,7 +62,9 @@ def evaluate(world: World, sensor: dg.SensorDefinition, cursor: str | None):
 
 def drift_sensor(cooldown_hours: float) -> dg.SensorDefinition:
     settings = dataclasses.replace(
-        AutomationSettings.from_env(CASE, {}), drift_cooldown_hours=cooldown_hours, training_days=7
+        AutomationSettings.of(CASE, Settings()),
+        drift_cooldown_hours=cooldown_hours,
+        training_days=7,
     )
     return build_drift_sensor(CASE, settings, find_job(build_jobs(CASE), CASE, "retrain"))
 
@@ -227,7 +230,7 @@ def decay_sensor() -> dg.SensorDefinition:
     # Without a cooldown: the drift tests above requested a retrain minutes ago, and a decay
     # event shares their cooldown (tests/unit/test_sensor.py shows that).
     settings = dataclasses.replace(
-        AutomationSettings.from_env(CASE, {}), drift_cooldown_hours=0, training_days=7
+        AutomationSettings.of(CASE, Settings()), drift_cooldown_hours=0, training_days=7
     )
     return build_event_sensor(CASE, settings, find_job(build_jobs(CASE), CASE, "retrain"), DECAY)
 

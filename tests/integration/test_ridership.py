@@ -19,6 +19,7 @@ import pytest
 
 from assets import asset_key
 from pipelines.definitions import definitions, local_resources
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
@@ -102,7 +103,7 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     home = tmp_path_factory.mktemp("ridership")
     drops = make_drops(home / "drops", [FLIGHTS_DAY])
     write_drops(drops, DAYS)  # one drop folder for both use cases
-    resources = local_resources(home)
+    resources = local_resources(Settings(home=home))
     for case in (FLIGHTS, RIDERSHIP):
         resources[f"{case.name}_source"] = DropFolderSource(root=str(drops))
     resources["expectations"] = GreatExpectations(

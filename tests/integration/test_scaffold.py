@@ -33,6 +33,7 @@ from cli import scaffold
 from cli.scaffold_survey import identifier_like
 from declare import UseCase
 from pipelines.definitions import definitions, local_resources
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.feature_store import FeastFeatureStore
 from resources.launchers import LocalTorchrun
@@ -195,7 +196,7 @@ def lifecycle(root: Path, name: str, sample: Path, entity: str, label: str) -> I
     )
     case = import_use_case(root, name)
     home = root / "home"
-    resources = local_resources(home)
+    resources = local_resources(Settings(home=home))
     resources[source_key(case)] = case.source()  # the declaration's own drop folder
     resources["feature_store"] = FeastFeatureStore(
         repo_path=str(root / "feature_repo"), home=str(home)

@@ -272,29 +272,24 @@ def test_the_registry_code_version_changes_exactly_when_declarations_do(tmp_path
     assert declarations_version(tmp_path) != first
 
 
-def test_an_unknown_environment_is_refused_by_name():
-    from pipelines.definitions import resources_for
-
-    with pytest.raises(ValueError, match="ML_LIFECYCLE_ENV='staging'"):
-        resources_for("staging")
-
-
-def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(monkeypatch, tmp_path):
+def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(tmp_path):
     from pipelines.definitions import source
+    from pipelines.settings import Settings
     from resources.sources import DropFolderSource
     from usecases.flights import USE_CASE
 
-    monkeypatch.setenv("ML_LIFECYCLE_DROP_FOLDER", str(tmp_path))
-    monkeypatch.setenv("ML_LIFECYCLE_MAX_DROP_MIB", "64")
-    monkeypatch.setenv("ML_LIFECYCLE_CHUNK_MIB", "0.5")
-    drops = source(USE_CASE)
+    env = {
+        "ML_LIFECYCLE_DROP_FOLDER": str(tmp_path),
+        "ML_LIFECYCLE_MAX_DROP_MIB": "64",
+        "ML_LIFECYCLE_CHUNK_MIB": "0.5",
+    }
+    drops = source(USE_CASE, Settings.from_env(env))
     assert isinstance(drops, DropFolderSource)
     assert (drops.root, drops.max_drop_mib, drops.chunk_mib) == (str(tmp_path), 64.0, 0.5)
     assert (drops.settle_s, drops.completion_suffix) == (2.0, None)
 
-    monkeypatch.setenv("ML_LIFECYCLE_DROP_SETTLE_S", "30")
-    monkeypatch.setenv("ML_LIFECYCLE_DROP_COMPLETION_SUFFIX", ".done")
-    drops = source(USE_CASE)
+    env |= {"ML_LIFECYCLE_DROP_SETTLE_S": "30", "ML_LIFECYCLE_DROP_COMPLETION_SUFFIX": ".done"}
+    drops = source(USE_CASE, Settings.from_env(env))
     assert isinstance(drops, DropFolderSource)
     assert (drops.settle_s, drops.completion_suffix) == (30.0, ".done")
 

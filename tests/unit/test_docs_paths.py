@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = (
     "declare", "ml", "assets", "resources", "pipelines", "cli", "usecases", "feature_repo",

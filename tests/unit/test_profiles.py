@@ -16,18 +16,24 @@ import yaml
 
 from pipelines.definitions import (
     INSTANCE_FILES,
-    environment,
+    executor,
     launcher,
     local_resources,
     production_resources,
-    resources_for,
 )
+from pipelines.settings import Settings
 from resources.feature_store import Services, local_folder
 from resources.kubernetes import K8sMultiNode, K8sPod
 from resources.lake import JsonDocuments, LakeFiles, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
 
 pytestmark = pytest.mark.unit
+
+
+def settings(home: Path, **variables: str) -> Settings:
+    """The settings of a deployment under `home` with these variables set."""
+    return Settings.from_env({"ML_LIFECYCLE_HOME": str(home), **variables})
+
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = REPO / "deploy" / ".env.example"
@@ -65,7 +71,8 @@ def instance_env_vars(path: Path) -> set[str]:
 
 
 def test_every_setting_the_production_profile_reads_is_in_the_env_example(tmp_path):
-    read = set().union(*(env_vars(r) for r in production_resources(tmp_path).values()))
+    resources = production_resources(settings(tmp_path, ML_LIFECYCLE_ENV="prod"))
+    read = set().union(*(env_vars(r) for r in resources.values()))
     assert {
         "ML_LIFECYCLE_LAKE_URL",
         "FEAST_REGISTRY_URL",
@@ -93,13 +100,10 @@ def test_the_production_instance_file_is_a_valid_instance_config(tmp_path):
     assert config["run_monitoring"]["enabled"] and config["run_retries"]["enabled"]
 
 
-def test_an_unknown_environment_is_refused_by_name():
-    staging = {"ML_LIFECYCLE_ENV": "staging"}
-    expected = r"ML_LIFECYCLE_ENV='staging'.*'local' or 'prod'"
-    with mock.patch.dict(os.environ, staging), pytest.raises(ValueError, match=expected):
-        environment()
-    with pytest.raises(ValueError, match="ML_LIFECYCLE_ENV='staging'"):
-        resources_for("staging")
+def test_an_unknown_environment_is_refused_by_name(tmp_path):
+    expected = r"ML_LIFECYCLE_ENV='staging'.*local, prod"
+    with pytest.raises(ValueError, match=expected):
+        settings(tmp_path, ML_LIFECYCLE_ENV="staging")
 
 
 def test_loading_the_production_profile_connects_to_nothing_and_imports_nothing_heavy(tmp_path):
@@ -165,38 +169,33 @@ CLUSTER = {
 
 
 def test_the_launcher_is_chosen_per_environment_with_the_image_the_code_runs_in(tmp_path):
-    settings = tmp_path / "launcher.yaml"
-    settings.write_text(yaml.safe_dump(CLUSTER))
+    config = tmp_path / "launcher.yaml"
+    config.write_text(yaml.safe_dump(CLUSTER))
     image = "registry.example.com/ml-lifecycle@sha256:" + "a" * 64
-    base = {"ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings), "IMAGE_TAG": image}
-    with mock.patch.dict(os.environ, {"ML_LIFECYCLE_LAUNCHER": "torchrun"}):
-        assert isinstance(launcher(tmp_path), LocalTorchrun)
-    with mock.patch.dict(os.environ, {**base, "ML_LIFECYCLE_LAUNCHER": "k8s-pod"}):
-        pod = launcher(tmp_path)
+    base = {"ML_LIFECYCLE_LAUNCHER_CONFIG": str(config), "IMAGE_TAG": image}
+    assert isinstance(launcher(settings(tmp_path, ML_LIFECYCLE_LAUNCHER="torchrun")), LocalTorchrun)
+    pod = launcher(settings(tmp_path, **base, ML_LIFECYCLE_LAUNCHER="k8s-pod"))
     assert isinstance(pod, K8sPod)
     assert (pod.image, pod.gpus_per_pod, pod.namespace) == (image, 4, "ml-training")
-    with mock.patch.dict(os.environ, {**base, "ML_LIFECYCLE_LAUNCHER": "k8s-multinode"}):
-        assert isinstance(launcher(tmp_path), K8sMultiNode)
+    multinode = settings(tmp_path, **base, ML_LIFECYCLE_LAUNCHER="k8s-multinode")
+    assert isinstance(launcher(multinode), K8sMultiNode)
 
 
 def test_a_wrong_launcher_setting_is_refused_when_the_code_loads(tmp_path):
-    slurm = {"ML_LIFECYCLE_LAUNCHER": "slurm"}
     expected = r"ML_LIFECYCLE_LAUNCHER='slurm'.*k8s-pod"
-    with mock.patch.dict(os.environ, slurm), pytest.raises(ValueError, match=expected):
-        launcher(tmp_path)
-    with mock.patch.dict(os.environ, {"ML_LIFECYCLE_LAUNCHER": "k8s-pod"}):
-        os.environ.pop("ML_LIFECYCLE_LAUNCHER_CONFIG", None)
-        with pytest.raises(ValueError, match="needs ML_LIFECYCLE_LAUNCHER_CONFIG"):
-            launcher(tmp_path)
-    settings = tmp_path / "launcher.yaml"
-    settings.write_text(yaml.safe_dump({**CLUSTER, "output_root": "relative/path"}))
+    with pytest.raises(ValueError, match=expected):
+        settings(tmp_path, ML_LIFECYCLE_LAUNCHER="slurm")
+    with pytest.raises(ValueError, match="needs ML_LIFECYCLE_LAUNCHER_CONFIG"):
+        settings(tmp_path, ML_LIFECYCLE_LAUNCHER="k8s-pod")
+    config = tmp_path / "launcher.yaml"
+    config.write_text(yaml.safe_dump({**CLUSTER, "output_root": "relative/path"}))
     variables = {
         "ML_LIFECYCLE_LAUNCHER": "k8s-pod",
-        "ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings),
+        "ML_LIFECYCLE_LAUNCHER_CONFIG": str(config),
         "IMAGE_TAG": "img:1",
     }
-    with mock.patch.dict(os.environ, variables), pytest.raises(ValueError, match="output_root"):
-        launcher(tmp_path)
+    with pytest.raises(ValueError, match="output_root"):
+        launcher(settings(tmp_path, **variables))
 
 
 def test_one_file_mode_reaches_every_resource_that_publishes_files(tmp_path):
@@ -207,44 +206,37 @@ def test_one_file_mode_reaches_every_resource_that_publishes_files(tmp_path):
         return {k: r.file_mode for k, r in resources.items() if isinstance(r, kinds)}
 
     for make in (local_resources, production_resources):
-        assert modes(make(tmp_path)) == dict.fromkeys(publishing, 0o640)
-        with mock.patch.dict(os.environ, {"ML_LIFECYCLE_FILE_MODE": "0644"}):
-            assert modes(make(tmp_path)) == dict.fromkeys(publishing, 0o644)
+        assert modes(make(settings(tmp_path))) == dict.fromkeys(publishing, 0o640)
+        world_readable = settings(tmp_path, ML_LIFECYCLE_FILE_MODE="0644")
+        assert modes(make(world_readable)) == dict.fromkeys(publishing, 0o644)
     for wrong in ("rw-r-----", "0755", "0400"):
-        with (
-            mock.patch.dict(os.environ, {"ML_LIFECYCLE_FILE_MODE": wrong}),
-            pytest.raises(ValueError, match=f"ML_LIFECYCLE_FILE_MODE='{wrong}'"),
-        ):
-            local_resources(tmp_path)
+        with pytest.raises(ValueError, match=f"ML_LIFECYCLE_FILE_MODE='{wrong}'"):
+            settings(tmp_path, ML_LIFECYCLE_FILE_MODE=wrong)
 
 
-def test_the_executor_is_chosen_by_name_and_a_wrong_one_is_refused():
+def test_the_executor_is_chosen_by_name_and_a_wrong_one_is_refused(tmp_path):
     from dagster_k8s import k8s_job_executor
 
-    from pipelines.definitions import executor
-
-    chosen = {}
-    for name in ("in_process", "multiprocess", "k8s_job"):
-        with mock.patch.dict(os.environ, {"ML_LIFECYCLE_EXECUTOR": name}):
-            chosen[name] = executor()
+    chosen = {
+        name: executor(settings(tmp_path, ML_LIFECYCLE_EXECUTOR=name))
+        for name in ("in_process", "multiprocess", "k8s_job")
+    }
     assert chosen == {
         "in_process": dg.in_process_executor,
         "multiprocess": dg.multiprocess_executor,
         "k8s_job": k8s_job_executor,
     }
-    wrong = {"ML_LIFECYCLE_EXECUTOR": "celery"}
-    with mock.patch.dict(os.environ, wrong), pytest.raises(ValueError, match="'celery'"):
-        executor()
+    with pytest.raises(ValueError, match="'celery'"):
+        settings(tmp_path, ML_LIFECYCLE_EXECUTOR="celery")
 
 
 def test_the_launcher_settings_deployed_as_a_configmap_build_both_cluster_launchers(tmp_path):
     configmap = yaml.safe_load((REPO / "deploy" / "k8s" / "launcher-config.yaml").read_text())
-    settings = tmp_path / "launcher.yaml"
-    settings.write_text(configmap["data"]["launcher.yaml"])
+    config = tmp_path / "launcher.yaml"
+    config.write_text(configmap["data"]["launcher.yaml"])
     for kind, cls in (("k8s-pod", K8sPod), ("k8s-multinode", K8sMultiNode)):
-        variables = {"ML_LIFECYCLE_LAUNCHER": kind, "ML_LIFECYCLE_LAUNCHER_CONFIG": str(settings)}
-        with mock.patch.dict(os.environ, variables):
-            built = launcher(tmp_path)
+        variables = {"ML_LIFECYCLE_LAUNCHER": kind, "ML_LIFECYCLE_LAUNCHER_CONFIG": str(config)}
+        built = launcher(settings(tmp_path, **variables))
         assert isinstance(built, cls)
         assert built.gpus_per_pod >= 1 and built.service_account == "ml-trainer"
 

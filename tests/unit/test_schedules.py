@@ -15,6 +15,7 @@ from pipelines.schedules import (
     latest_labelled_day,
     retrain_request,
 )
+from pipelines.settings import Settings
 from tests.unit.tiny_case import TINY, stub_definitions
 
 pytestmark = [
@@ -26,7 +27,7 @@ BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 
 
 def settings(**env: str) -> AutomationSettings:
-    return AutomationSettings.from_env(TINY, env)
+    return AutomationSettings.of(TINY, Settings.from_env(env))
 
 
 def schedule(name: str, automation: AutomationSettings | None = None) -> dg.ScheduleDefinition:
@@ -67,39 +68,36 @@ def test_the_nightly_schedule_processes_the_day_before_its_tick(tick, partition)
     assert request.tags[TRIGGER_TAG] == "schedule"  # the runs list says what launched it
 
 
-def test_the_nightly_hour_and_the_retrain_cron_come_from_the_environment():
-    automation = settings(
-        ML_LIFECYCLE_DAILY_AT="01:15",
-        ML_LIFECYCLE_RETRAIN_CRON="0 5 * * *",
-        ML_LIFECYCLE_SCHEDULE_TIMEZONE="America/Chicago",
-        ML_LIFECYCLE_AUTOMATION="on",
-    )
+def test_the_environment_starts_automation_and_never_moves_a_declared_schedule():
+    automation = settings(ML_LIFECYCLE_AUTOMATION="on", ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS="6")
     nightly = schedule("nightly_daily_partition", automation)
     retrain = schedule("nightly_retrain", automation)
-    assert nightly.cron_schedule == "15 1 * * *"
-    assert (retrain.cron_schedule, retrain.execution_timezone) == ("0 5 * * *", "America/Chicago")
+    assert nightly.cron_schedule == "15 3 * * *"  # as declared
+    assert (retrain.cron_schedule, retrain.execution_timezone) == ("0 5 * * 1", "Europe/Berlin")
     assert retrain.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert automation.drift_cooldown_hours == 6
 
 
 @pytest.mark.parametrize(
-    ("env", "message"),
+    ("variable", "field"),
     [
-        ({"ML_LIFECYCLE_SCHEDULE_TIMEZONE": "Mars/Olympus"}, "'Mars/Olympus'"),
-        ({"ML_LIFECYCLE_DAILY_AT": "25:00"}, "'25:00'"),
-        ({"ML_LIFECYCLE_TRAINING_DAYS": "2"}, "training_days=2"),
+        ("ML_LIFECYCLE_DAILY_AT", "UseCase.daily_at"),
+        ("ML_LIFECYCLE_RETRAIN_CRON", "UseCase.retrain_cron"),
+        ("ML_LIFECYCLE_SCHEDULE_TIMEZONE", "DailyPartitions.timezone"),
+        ("ML_LIFECYCLE_TRAINING_DAYS", "TrainingWindow.days"),
     ],
 )
-def test_bad_settings_are_refused_by_name(env, message):
-    with pytest.raises(ValueError, match=message):
-        AutomationSettings.from_env(TINY, env)
+def test_a_variable_that_would_override_a_declaration_is_refused_naming_the_field(variable, field):
+    with pytest.raises(ValueError, match=rf"{variable} is no longer read.*{field}"):
+        settings(**{variable: "01:15"})
 
 
 def test_the_nightly_run_may_not_start_before_the_days_outcomes_are_known():
     late = dataclasses.replace(TINY.label, known_after=dt.timedelta(hours=3, minutes=15))
     case = dataclasses.replace(TINY, label=late)  # the declared 03:15: just in time
-    assert AutomationSettings.from_env(case, {}).daily_at == "03:15"
-    with pytest.raises(ValueError, match=r"daily_at='03:14'.*label delay.* is 3:15:00"):
-        AutomationSettings.from_env(case, {"ML_LIFECYCLE_DAILY_AT": "03:14"})
+    assert AutomationSettings.of(case, Settings()).daily_at == "03:15"
+    with pytest.raises(ValueError, match=r"daily_at.*03:14.*label delay.* is 3:15:00"):
+        AutomationSettings.of(dataclasses.replace(case, daily_at="03:14"), Settings())
 
 
 def publish_labels(instance: dg.DagsterInstance, days: list[str]) -> None:

@@ -24,12 +24,13 @@ from pipelines.sensors import (
     next_day_request,
     range_to_finish,
 )
+from pipelines.settings import Settings
 from tests.unit.tiny_case import TINY
 
 pytestmark = pytest.mark.unit
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 RETRAIN = find_job(build_jobs(TINY), TINY, "retrain")
-SETTINGS = dataclasses.replace(AutomationSettings.from_env(TINY, {}), training_days=7)
+SETTINGS = dataclasses.replace(AutomationSettings.of(TINY, Settings()), training_days=7)
 SENSOR = build_drift_sensor(TINY, SETTINGS, RETRAIN)
 DECAY_SENSOR = build_event_sensor(TINY, SETTINGS, RETRAIN, DECAY)
 SENSORS = {DRIFT.kind: SENSOR, DECAY.kind: DECAY_SENSOR}
@@ -165,7 +166,7 @@ def test_a_published_day_requests_the_next_days_prediction_once():
 
     jobs = build_jobs(FLIGHTS)
     daily, predict = (find_job(jobs, FLIGHTS, name) for name in ("daily_partition", "predict_day"))
-    settings = AutomationSettings.from_env(FLIGHTS, {})
+    settings = AutomationSettings.of(FLIGHTS, Settings())
     sensor = build_prediction_sensor(FLIGHTS, settings, daily, predict)
     assert sensor.name == "flights_predict_next_day" and sensor.job_name == predict.name
     predictions = asset_key(FLIGHTS, "batch_predictions")
