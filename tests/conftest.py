@@ -22,8 +22,9 @@ from usecases.flights import USE_CASE as CASE
 from usecases.flights.contracts import FLIGHTS, SCHEDULE, WEATHER
 from usecases.flights.source import BundledFlightsSource
 
-# The shared trained world (session-scoped `world` fixture).
-pytest_plugins = ["tests.world", "tests.production"]
+# The tiers' rules (tests/tiers.py), and the shared trained worlds (session-scoped `world` and
+# `production` fixtures).
+pytest_plugins = ["tests.tiers", "tests.world", "tests.production"]
 
 LIFECYCLE_GROUPS = {
     "ingestion",
