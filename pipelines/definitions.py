@@ -21,7 +21,7 @@ suffix `ML_LIFECYCLE_DROP_COMPLETION_SUFFIX` is there, where the producer writes
 `ML_LIFECYCLE_TRAIN_PROCESSES` fixes the torchrun workers (default: measured), and
 `ML_LIFECYCLE_FILE_MODE` (octal, default 640) the mode of the files the pipeline publishes: lake
 tables and documents, predictions, a training run's weights, checkpoints and ONNX files. Loading
-this module imports no heavy library (see tests/unit/test_definitions.py).
+this module imports no heavy library (see tests/integration/test_imports.py).
 """
 
 import dataclasses
