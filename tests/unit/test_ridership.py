@@ -12,6 +12,7 @@ import pytest
 from ml.features import EVENT_TIMESTAMP, whole
 from resources.expectations import TableContract
 from resources.sources import DropFolderSource
+from tests.conftest import aged
 from usecases.ridership import baseline, features, source
 from usecases.ridership.bundled import BundledRidershipSource
 from usecases.ridership.contracts import DAY_CONDITIONS, RAW_CONTRACTS, STATION_DAYS
@@ -138,7 +139,7 @@ def test_daily_drops_read_back_through_a_drop_folder_as_the_bundled_source_serve
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(
         f"{table}/{day}.csv" for table in source.TABLES for day in days
     )
-    drops, bundled = DropFolderSource(root=str(tmp_path)), BundledRidershipSource()
+    drops, bundled = DropFolderSource(root=str(aged(tmp_path))), BundledRidershipSource()
     for table, contract in RAW_CONTRACTS.items():
         for day in days:
             options = {
