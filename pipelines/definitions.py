@@ -12,7 +12,7 @@ code location loads (`pipelines.settings.Settings`; README.md's table lists ever
   is deploy/dagster.yaml, or the Helm chart's on Kubernetes. Working files (checkpoints, the
   serving cache, GX data docs) stay under `ML_LIFECYCLE_HOME`, a volume on a cluster.
 
-Loading this module imports no heavy library (see tests/unit/test_definitions.py).
+Loading this module imports no heavy library (see tests/integration/test_imports.py).
 """
 
 import dataclasses

@@ -3,6 +3,7 @@ ingestion and validation against it in a temporary Dagster home."""
 
 import datetime as dt
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,9 @@ from usecases.flights import USE_CASE as CASE
 from usecases.flights.contracts import FLIGHTS, SCHEDULE, WEATHER
 from usecases.flights.source import BundledFlightsSource
 
-# The shared trained world (session-scoped `world` fixture).
-pytest_plugins = ["tests.world", "tests.production"]
+# The tiers' rules (tests/tiers.py), and the shared trained worlds (session-scoped `world` and
+# `production` fixtures).
+pytest_plugins = ["tests.tiers", "tests.world", "tests.production"]
 
 LIFECYCLE_GROUPS = {
     "ingestion",
@@ -152,6 +154,17 @@ def write_csv_drop(root: Path, table: str, day: str, frame: pd.DataFrame) -> Pat
             out[column] = out[column].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     out.to_csv(path, index=False)
     return path
+
+
+def aged(root: Path) -> Path:
+    """Backdate every file under `root` by an hour, and return `root`: drops the test wrote whole
+    are read at once instead of being watched for the source's settle time (`settle_s`), which
+    tests/unit/test_sources.py tests on young drops of its own."""
+    long_ago = time.time() - 3600
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.utime(path, (long_ago, long_ago))
+    return root
 
 
 def append_during_read(monkeypatch: pytest.MonkeyPatch, path: Path, data: bytes) -> list[int]:

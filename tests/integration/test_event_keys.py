@@ -26,7 +26,6 @@ from declare import (
     UseCase,
 )
 from declare.contracts import ColumnRule, TableContract
-from ml.dataset import repeated_keys
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
 
@@ -178,21 +177,3 @@ def test_the_training_set_refuses_rows_whose_key_repeats_within_the_ttl(
     assert "--event-key" in message and "natural key" in message
     # No attempt was retried, and nothing was written.
     assert not list((tmp_path / "lake").rglob("*.parquet"))
-
-
-@pytest.mark.unit
-def test_keys_apart_by_more_than_the_tolerance_or_without_a_key_are_not_repeats():
-    rows = pd.DataFrame(
-        {
-            "user_id": ["u1", "u1", None, None, "u2"],
-            "event_timestamp": pd.to_datetime(
-                ["2024-03-01T10:00:00", "2024-03-01T10:00:02", "2024-03-01T10:00:00",
-                 "2024-03-01T10:00:00", "2024-03-01T10:00:00"], utc=True
-            ),
-        }
-    )  # fmt: skip
-    assert repeated_keys(rows, "v", ["user_id"], dt.timedelta(seconds=1)) is None
-    found = repeated_keys(rows, "v", ["user_id"], dt.timedelta(seconds=2))
-    assert found is not None and (found.rows, found.total) == (2, 5)
-    unbounded = repeated_keys(rows, "v", ["user_id"], None)
-    assert unbounded is not None and "repeat its join key (user_id) at all" in str(unbounded)

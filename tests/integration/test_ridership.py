@@ -14,19 +14,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from assets import asset_key
+from ml.features import EVENT_TIMESTAMP, whole
 from pipelines.definitions import definitions, local_resources
 from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
+from resources.feature_store import FeastFeatureStore
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
 from tests.conftest import CASE as FLIGHTS
+from tests.unit.test_ridership import DST_STARTS, day_features, days_between, previous_days
 from tests.world import QUIET, make_drops
 from usecases.ridership import USE_CASE as RIDERSHIP
+from usecases.ridership import features, source
+from usecases.ridership.days import day_start
 from usecases.ridership.source import write_drops
 
 pytestmark = pytest.mark.integration
@@ -182,3 +189,58 @@ def test_a_ridership_run_touches_nothing_of_the_flights(lifecycle: Lifecycle):
         assert keys and all(k.path[0] == RIDERSHIP.name for k in keys), (name, keys)
     assert flights_state(lifecycle) == lifecycle.flights_before
     assert lifecycle.registry.champion(FLIGHTS.registered_model) is None
+
+
+# The Feast declarations on features computed without Dagster
+
+
+def test_the_feature_service_joins_each_stations_day_to_its_own_days_rows(tmp_path):
+    repo, lake = tmp_path / "repo", tmp_path / "lake"
+    repo.mkdir()
+    settings = yaml.safe_load((REPO / "feature_repo" / "feature_store.yaml").read_text())
+    settings |= {"project": "ridership_test", "registry": str(tmp_path / "registry.db")}
+    settings["online_store"]["path"] = str(tmp_path / "online.db")
+    settings["offline_store"]["root"] = str(lake)
+    (repo / "feature_store.yaml").write_text(yaml.safe_dump(settings))
+    shutil.copy(REPO / "feature_repo" / "ridership.py", repo)
+
+    days = days_between(dt.date(2015, 2, 16), DST_STARTS + dt.timedelta(days=6))
+    written: dict[str, list[pd.DataFrame]] = {}
+    for day in days:
+        today = source.read_day("station_days", day)
+        tables = {"station_day": whole(features.station_day(day, [today])).frame}
+        tables |= day_features(day, today, previous_days(day))
+        for name, frame in tables.items():
+            (lake / "ridership" / name).mkdir(parents=True, exist_ok=True)
+            frame.to_parquet(lake / "ridership" / name / f"{day}.parquet", index=False)
+            written.setdefault(name, []).append(frame)
+
+    store = FeastFeatureStore(repo_path=str(repo))
+    applied = store.apply()
+    assert applied.feature_services == ["ridership_v1"]
+    assert "station_day" in applied.feature_views
+    labels = pd.concat(written["station_day"], ignore_index=True)
+    asked = [DST_STARTS - dt.timedelta(days=1), DST_STARTS, DST_STARTS + dt.timedelta(days=1)]
+    entity_rows = labels[labels[EVENT_TIMESTAMP].isin([day_start(d) for d in asked])]
+    entity_rows = entity_rows[entity_rows["station"].isin(["Clark_Lake", "Polk", "Harlem"])]
+    after_last = pd.DataFrame(
+        {"station": ["Polk"], EVENT_TIMESTAMP: [day_start(days[-1] + dt.timedelta(days=1))]}
+    )
+    asked_rows = pd.concat([entity_rows[["station", EVENT_TIMESTAMP]], after_last])
+    got = store.historical_features(asked_rows.reset_index(drop=True), "ridership_v1")
+
+    assert not any(column.startswith("station_day__") for column in got.columns)  # no label
+    history = pd.concat(written["station_history"], ignore_index=True)
+    expected = asked_rows.merge(history, on=["station", EVENT_TIMESTAMP], how="left")
+    np.testing.assert_array_equal(
+        got["station_history__rides_lag_7d"].to_numpy(dtype=float),
+        expected["rides_lag_7d"].to_numpy(dtype=float),
+    )
+    known = got.iloc[:-1]
+    assert known.notna().all().all()
+    assert (known["station_calendar__day_of_week"].to_numpy() == [5, 5, 5, 6, 6, 6, 0, 0, 0]).all()
+    weather = pd.concat(written["day_weather"], ignore_index=True)
+    expected_temp = asked_rows.merge(weather, on=["station", EVENT_TIMESTAMP], how="left")
+    assert known["day_weather__temp_f"].tolist() == expected_temp["temp_f"].iloc[:-1].tolist()
+    # The day after the last written one has no rows: its features are null, not the day before's.
+    assert got.iloc[-1].drop(["station", EVENT_TIMESTAMP]).isna().all()

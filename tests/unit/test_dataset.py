@@ -12,6 +12,7 @@ from ml.dataset import (
     assemble,
     fingerprint,
     labelled_rows,
+    repeated_keys,
 )
 
 pytestmark = pytest.mark.unit
@@ -139,3 +140,20 @@ def test_rows_are_taken_as_of_their_local_days_start_across_a_clock_change():
     assert taken["event_timestamp"].dtype == frame["event_timestamp"].dtype  # unit and zone kept
     assert taken["flight_id"].tolist() == list("abcd")
     assert frame["event_timestamp"].iloc[1] == pd.Timestamp("2013-03-11T03:59:00Z")  # a copy
+
+
+def test_keys_apart_by_more_than_the_tolerance_or_without_a_key_are_not_repeats():
+    rows = pd.DataFrame(
+        {
+            "user_id": ["u1", "u1", None, None, "u2"],
+            "event_timestamp": pd.to_datetime(
+                ["2024-03-01T10:00:00", "2024-03-01T10:00:02", "2024-03-01T10:00:00",
+                 "2024-03-01T10:00:00", "2024-03-01T10:00:00"], utc=True
+            ),
+        }
+    )  # fmt: skip
+    assert repeated_keys(rows, "v", ["user_id"], dt.timedelta(seconds=1)) is None
+    found = repeated_keys(rows, "v", ["user_id"], dt.timedelta(seconds=2))
+    assert found is not None and (found.rows, found.total) == (2, 5)
+    unbounded = repeated_keys(rows, "v", ["user_id"], None)
+    assert unbounded is not None and "repeat its join key (user_id) at all" in str(unbounded)

@@ -1,7 +1,5 @@
 import functools
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -11,28 +9,6 @@ from tests.conftest import LIFECYCLE_GROUPS
 from usecases.flights import USE_CASE as FLIGHTS
 
 pytestmark = pytest.mark.unit
-
-HEAVY = (
-    "feast",
-    "great_expectations",
-    "torch",
-    "onnxruntime",
-    "onnx",
-    "mlflow",
-    "duckdb",
-    "pandas",
-)
-
-
-def test_loading_the_code_location_imports_no_heavy_library():
-    probe = (
-        "import json, sys; import pipelines.definitions as d; d.defs.resolve_asset_graph();"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
-    ).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == []
 
 
 FLIGHTS_ASSETS = {

@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -118,25 +116,6 @@ def test_all_scores_equal_give_the_chance_diagonal():
     assert binary_metrics(labels, probabilities).roc_auc == 0.5
     assert [a.tolist() for a in roc_curve(labels, probabilities)] == [[0, 1], [0, 1]]
     assert binary_metrics(labels, probabilities).average_precision == pytest.approx(0.6)
-
-
-def test_measuring_and_plotting_import_no_scikit_learn():
-    # Its import costs seconds in every process that trains or evaluates a model.
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, numpy as np, ml.metrics as m, ml.plots, ml.train;"
-            " m.binary_metrics(np.array([0, 1]), np.array([0.2, 0.7]));"
-            " m.best_threshold(np.array([0, 1]), np.array([0.2, 0.7]));"
-            " m.roc_curve(np.array([0, 1]), np.array([0.2, 0.7]));"
-            " print('sklearn' in sys.modules)",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert loaded.stdout.strip() == "False"
 
 
 def test_one_class_leaves_the_ranking_metrics_undefined_and_f1_without_positives_too():

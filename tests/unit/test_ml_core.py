@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -148,23 +146,3 @@ def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
             index = rows[batch * 4 : (batch + 1) * 4]
             assert torch.equal(n, numeric[index]) and n.is_contiguous()
             assert torch.equal(c, data.categorical[index]) and torch.equal(y, data.label[index])
-
-
-def test_training_and_its_node_do_not_import_each_other_at_import_time():
-    # ml.train must not import ml.node; the node checks a config with ml.preflight, which
-    # imports neither the trainer nor torch and pandas (seconds before any worker starts).
-    def loaded(module: str, *names: str) -> list[str]:
-        found = f"[m for m in {names!r} if m in sys.modules]"
-        script = f"import json, sys, {module}; print(json.dumps({found}))"
-        run = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True
-        )
-        return json.loads(run.stdout)
-
-    assert loaded("ml.train", "ml.node") == []
-    assert loaded("ml.preflight", "ml.train", "torch", "pandas") == []
-    from ml import exits, node
-
-    assert node.EXIT_NOT_RETRYABLE == exits.EXIT_NOT_RETRYABLE == 78
-    left = subprocess.run([sys.executable, "-c", "from ml.exits import leave; leave(78)"])
-    assert left.returncode == 78

@@ -1,11 +1,9 @@
 """The ridership use case without Dagster: the bundled data reshaped into daily event tables,
-drops, contracts (checked with pandas, not GX), leak-free features, the Feast declarations and
-the seasonal-naive baseline."""
+drops, contracts (checked with pandas, not GX), leak-free features and the seasonal-naive
+baseline. The Feast declarations join these features in tests/integration/test_ridership.py."""
 
 import datetime as dt
-import shutil
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +12,7 @@ import pytest
 from declare.contracts import TableContract
 from ml.features import EVENT_TIMESTAMP, whole
 from resources.sources import DropFolderSource
+from tests.conftest import aged
 from usecases.ridership import baseline, features, source
 from usecases.ridership.bundled import BundledRidershipSource
 from usecases.ridership.contracts import DAY_CONDITIONS, RAW_CONTRACTS, STATION_DAYS
@@ -21,7 +20,6 @@ from usecases.ridership.days import STATIONS, day_start, day_starts
 
 pytestmark = pytest.mark.unit
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DAYS_IN_TABLE = 5698
 FIRST_ROW, LAST_ROW = dt.date(2001, 1, 22), dt.date(2016, 8, 28)
 DST_STARTS = dt.date(2015, 3, 8)
@@ -141,7 +139,7 @@ def test_daily_drops_read_back_through_a_drop_folder_as_the_bundled_source_serve
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(
         f"{table}/{day}.csv" for table in source.TABLES for day in days
     )
-    drops, bundled = DropFolderSource(root=str(tmp_path)), BundledRidershipSource()
+    drops, bundled = DropFolderSource(root=str(aged(tmp_path))), BundledRidershipSource()
     for table, contract in RAW_CONTRACTS.items():
         for day in days:
             options = {
@@ -374,63 +372,3 @@ def test_the_seasonal_naive_forecast_is_the_same_weekday_a_week_before():
     assert errors.rmse == pytest.approx(np.sqrt(5 / 3))
     assert errors.mae == pytest.approx(1.0)
     assert errors.r2 == pytest.approx(1 - 5 / (152 / 3))
-
-
-# Feast
-
-
-@pytest.mark.integration
-def test_the_feature_service_joins_each_stations_day_to_its_own_days_rows(tmp_path):
-    import yaml
-
-    from resources.feature_store import FeastFeatureStore
-
-    repo, lake = tmp_path / "repo", tmp_path / "lake"
-    repo.mkdir()
-    settings = yaml.safe_load((REPO_ROOT / "feature_repo" / "feature_store.yaml").read_text())
-    settings |= {"project": "ridership_test", "registry": str(tmp_path / "registry.db")}
-    settings["online_store"]["path"] = str(tmp_path / "online.db")
-    settings["offline_store"]["root"] = str(lake)
-    (repo / "feature_store.yaml").write_text(yaml.safe_dump(settings))
-    shutil.copy(REPO_ROOT / "feature_repo" / "ridership.py", repo)
-
-    days = days_between(dt.date(2015, 2, 16), DST_STARTS + dt.timedelta(days=6))
-    written: dict[str, list[pd.DataFrame]] = {}
-    for day in days:
-        today = source.read_day("station_days", day)
-        tables = {"station_day": whole(features.station_day(day, [today])).frame}
-        tables |= day_features(day, today, previous_days(day))
-        for name, frame in tables.items():
-            (lake / "ridership" / name).mkdir(parents=True, exist_ok=True)
-            frame.to_parquet(lake / "ridership" / name / f"{day}.parquet", index=False)
-            written.setdefault(name, []).append(frame)
-
-    store = FeastFeatureStore(repo_path=str(repo))
-    applied = store.apply()
-    assert applied.feature_services == ["ridership_v1"]
-    assert "station_day" in applied.feature_views
-    labels = pd.concat(written["station_day"], ignore_index=True)
-    asked = [DST_STARTS - dt.timedelta(days=1), DST_STARTS, DST_STARTS + dt.timedelta(days=1)]
-    entity_rows = labels[labels[EVENT_TIMESTAMP].isin([day_start(d) for d in asked])]
-    entity_rows = entity_rows[entity_rows["station"].isin(["Clark_Lake", "Polk", "Harlem"])]
-    after_last = pd.DataFrame(
-        {"station": ["Polk"], EVENT_TIMESTAMP: [day_start(days[-1] + dt.timedelta(days=1))]}
-    )
-    asked_rows = pd.concat([entity_rows[["station", EVENT_TIMESTAMP]], after_last])
-    got = store.historical_features(asked_rows.reset_index(drop=True), "ridership_v1")
-
-    assert not any(column.startswith("station_day__") for column in got.columns)  # no label
-    history = pd.concat(written["station_history"], ignore_index=True)
-    expected = asked_rows.merge(history, on=["station", EVENT_TIMESTAMP], how="left")
-    np.testing.assert_array_equal(
-        got["station_history__rides_lag_7d"].to_numpy(dtype=float),
-        expected["rides_lag_7d"].to_numpy(dtype=float),
-    )
-    known = got.iloc[:-1]
-    assert known.notna().all().all()
-    assert (known["station_calendar__day_of_week"].to_numpy() == [5, 5, 5, 6, 6, 6, 0, 0, 0]).all()
-    weather = pd.concat(written["day_weather"], ignore_index=True)
-    expected_temp = asked_rows.merge(weather, on=["station", EVENT_TIMESTAMP], how="left")
-    assert known["day_weather__temp_f"].tolist() == expected_temp["temp_f"].iloc[:-1].tolist()
-    # The day after the last written one has no rows: its features are null, not the day before's.
-    assert got.iloc[-1].drop(["station", EVENT_TIMESTAMP]).isna().all()

@@ -10,7 +10,7 @@ import pytest
 
 from resources import sources
 from resources.sources import DropFolderSource, SourceError, parse_timestamps
-from tests.conftest import GOOD_DAY, append_during_read, bundled_day, write_csv_drop
+from tests.conftest import GOOD_DAY, aged, append_during_read, bundled_day, write_csv_drop
 from usecases.flights.contracts import FLIGHTS, WEATHER
 from usecases.flights.source import BundledFlightsSource, bundled_frame, bundled_path
 
@@ -44,7 +44,7 @@ def test_drop_folder_reads_csv_and_parquet_drops(tmp_path: Path):
     write_csv_drop(tmp_path, "flights", GOOD_DAY, frame)
     (tmp_path / "weather").mkdir()
     bundled_day("weather").to_parquet(tmp_path / "weather" / f"{GOOD_DAY}.parquet")
-    source = DropFolderSource(root=str(tmp_path))
+    source = DropFolderSource(root=str(aged(tmp_path)))
 
     flights = source.read_day("flights", DAY, timestamp_columns=["time_hour"])
     weather = source.read_day("weather", DAY, timestamp_columns=["time_hour"])
@@ -70,7 +70,7 @@ def test_unreadable_drops_raise_a_source_error_naming_table_day_and_file(
     (tmp_path / "flights").mkdir()
     (tmp_path / "flights" / f"{GOOD_DAY}{suffix}").write_bytes(content)
     with pytest.raises(SourceError, match=message) as caught:
-        DropFolderSource(root=str(tmp_path)).read_day("flights", DAY)
+        DropFolderSource(root=str(aged(tmp_path))).read_day("flights", DAY)
     assert "'flights'" in str(caught.value) and GOOD_DAY in str(caught.value)
 
 
@@ -89,7 +89,7 @@ def test_a_csv_drop_reads_only_the_declared_text_as_missing(tmp_path: Path):
     (tmp_path / "flights").mkdir()
     drop = tmp_path / "flights" / f"{GOOD_DAY}.csv"
     drop.write_text("delay,code\n1,a\nNA,NA\n,\nNULL,NULL\nnull,x\nN/A,y\n")
-    source = DropFolderSource(root=str(tmp_path))
+    source = DropFolderSource(root=str(aged(tmp_path)))
 
     declared = source.read_day(
         "flights", DAY, missing_values={"delay": ("", "NA"), "code": ("",)}
@@ -155,7 +155,7 @@ def test_a_drop_records_the_real_file_and_the_sha256_of_its_bytes(tmp_path: Path
     path = write_csv_drop(real, "flights", GOOD_DAY, bundled_day("flights"))
     (tmp_path / "configured").symlink_to(real)  # the root itself may be reached through a link
 
-    table = DropFolderSource(root=str(tmp_path / "configured")).read_day("flights", DAY)
+    table = DropFolderSource(root=str(aged(tmp_path / "configured"))).read_day("flights", DAY)
 
     assert table.uri == path.resolve().as_uri()
     assert table.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -204,7 +204,7 @@ def _whole_read(path: Path, contract) -> pd.DataFrame:
 
 
 def _chunked(root: Path, contract, chunk_mib: float):
-    source = DropFolderSource(root=str(root), chunk_mib=chunk_mib)
+    source = DropFolderSource(root=str(aged(root)), chunk_mib=chunk_mib)
     return source.read_day_chunks(
         contract.table,
         DAY,
@@ -301,7 +301,7 @@ def test_an_epoch_seconds_timestamp_column_becomes_utc_in_every_chunk(tmp_path: 
         frame.to_csv(tmp_path / name / "events" / "2013-01-02.csv", index=False)
     day = dt.date(2013, 1, 2)
     read = {
-        name: DropFolderSource(root=str(tmp_path / name), chunk_mib=0.001).read_day(
+        name: DropFolderSource(root=str(aged(tmp_path / name)), chunk_mib=0.001).read_day(
             "events", day, timestamp_columns=["at"]
         )
         for name in ("epoch", "iso")

@@ -10,7 +10,7 @@ import pytest
 
 from cli.lineage_walk import _EventLog, _Read
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 AIRLINES = dg.AssetKey(["tiny", "airlines"])
 CARRIERS = dg.AssetKey(["tiny", "carrier_history"])
