@@ -23,6 +23,8 @@ from typing import Any, Self
 import dagster as dg
 from pydantic import Field
 
+from ml.training_run import EpochMetrics, TrainingData
+
 SQLITE = "sqlite:///"
 POSTGRESQL = "postgresql://"
 POSTGRESQL_PSYCOPG2 = "postgresql+psycopg2://"
@@ -52,26 +54,6 @@ class TrackedRun:
     artifact_uri: str
     link: str
     """Where a person opens the run (the MLflow UI)."""
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    epoch: int
-    values: Mapping[str, float]
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    """What a training read, as the run's dataset input (MLflow's Datasets column)."""
-
-    name: str
-    """The feature service its columns come from."""
-    fingerprint: str
-    """`ml.dataset.fingerprint` of its rows."""
-    uri: str
-    """Where the file is."""
-    profile: Mapping[str, Any]
-    """Counts shown with it: rows, columns, label, task."""
 
 
 class MlflowTracking(dg.ConfigurableResource):

@@ -15,8 +15,8 @@ from urllib.request import url2pathname
 
 import pytest
 
+from ml.training_run import EpochMetrics, TrainingData
 from resources.mlflow_models import OnnxFlavour
-from resources.mlflow_runs import EpochMetrics, TrainingData
 from resources.registry import (
     CHAMPION,
     MlflowRegistry,
