@@ -7,9 +7,10 @@
 The sample is one CSV with a row per event of an entity, the label in the same row, known at the
 end of the event's day. From it the command infers each column's kind and writes the files a use
 case is made of (`FILES`): its declaration, contract and feature functions
-(`usecases/NAME/`), its Feast module (`feature_repo/NAME.py`), and its line in
-`usecases/__init__.py`. What a person must still decide is marked TODO in them. With
-`--write-drops` it also cuts the sample into the daily drops the declaration reads.
+(`usecases/NAME/`), its Feast repository (`feature_repo/NAME/`: the module of declarations and
+feature_store.yaml), and its line in `usecases/__init__.py`. What a person must still decide is
+marked TODO in them. With `--write-drops` it also cuts the sample into the daily drops the
+declaration reads.
 
 What it infers, and says so in the files and its summary (each warning ends with what to
 declare instead):
@@ -46,10 +47,11 @@ FILES = (
     "usecases/{name}/__init__.py",
     "usecases/{name}/contracts.py",
     "usecases/{name}/features.py",
-    "feature_repo/{name}.py",
+    "feature_repo/{name}/{name}.py",
+    "feature_repo/{name}/feature_store.yaml",
     "usecases/__init__.py",
 )
-"""The files a new use case touches: four new ones and the registry's one line (and import)."""
+"""The files a new use case touches: new ones and the registry's one line (and import), last."""
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """How a drop writes the event time: ISO-8601 in UTC with a `Z`, read by a drop folder as UTC."""
 
@@ -171,8 +173,8 @@ def warnings(layout: Layout) -> list[str]:
             found.append(
                 f"`{column.name}` has {column.note.split(':')[0]}: made a category, though it"
                 " reads like an identifier. If it names something, declare it no feature: leave"
-                " it out of CATEGORIES"
-                f" in usecases/{layout.name}/features.py and of feature_repo/{layout.name}.py."
+                f" it out of CATEGORIES in usecases/{layout.name}/features.py and of"
+                f" feature_repo/{layout.name}/{layout.name}.py."
             )
     return found
 
@@ -194,7 +196,8 @@ def summary(layout: Layout, done: Scaffolded) -> str:
         f"usecases/{name}/__init__.py": "the declaration",
         f"usecases/{name}/contracts.py": "the raw table's contract",
         f"usecases/{name}/features.py": "the feature functions",
-        f"feature_repo/{name}.py": "the Feast declarations",
+        f"feature_repo/{name}/{name}.py": "the Feast declarations",
+        f"feature_repo/{name}/feature_store.yaml": f"the Feast project {name}'s settings",
         "usecases/__init__.py": f"registered: {name.upper()} in USE_CASES",
     }
     lines = [
@@ -222,7 +225,7 @@ def summary(layout: Layout, done: Scaffolded) -> str:
     lines += [
         "Next:",
         f"  1. decide the TODOs: grep -n TODO {shown(options.package)}/*.py"
-        f" {shown(root / 'feature_repo' / f'{name}.py')}",
+        f" {shown(root / 'feature_repo' / name / f'{name}.py')}",
         f"  2. make run USE_CASE={name}   (ingest, features, train, gate, register, score)",
         "  3. make dev   (the runs, assets and checks in the UI)",
     ]

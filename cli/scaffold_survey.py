@@ -276,9 +276,9 @@ def _check_options(options: Options) -> None:
         raise ScaffoldError(f"--table {options.table!r}: must be lower_snake_case")
     if options.package.exists():
         raise ScaffoldError(f"use case {name!r} exists already: {options.package}")
-    feast_module = options.root / "feature_repo" / f"{name}.py"
-    if feast_module.exists():
-        raise ScaffoldError(f"use case {name!r}: its Feast module exists already: {feast_module}")
+    feast_repo = options.root / "feature_repo" / name
+    if feast_repo.exists():
+        raise ScaffoldError(f"use case {name!r}: its Feast repository exists already: {feast_repo}")
 
 
 def _read(path: Path) -> pd.DataFrame:

@@ -37,7 +37,7 @@ def test_the_declared_use_cases_are_apart():
 
 @pytest.mark.parametrize("case", USE_CASES, ids=lambda case: case.name)
 def test_each_declared_use_case_has_a_feast_module_of_its_views_and_tables(case):
-    feast = (REPO / "feature_repo" / f"{case.name}.py").read_text()
+    feast = (REPO / "feature_repo" / case.name / f"{case.name}.py").read_text()
     named = set(re.findall(r'\bname="([A-Za-z_][A-Za-z0-9_]*)"', feast))
     assert {case.label.view, case.feature_service} <= named
     sources = set(re.findall(r'_lake_table\(\s*"([a-z0-9_]+)"', feast))
