@@ -17,7 +17,6 @@ import hashlib
 import io
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 from pydantic import Field
+
+from resources.feast_names import FEATURE_STORE_YAML, check_names, modules, parse
 
 if TYPE_CHECKING:
     import feast
@@ -36,7 +37,6 @@ BEFORE = dt.timedelta(microseconds=1)
 """Feast reads a time range with both ends included; ranges here are [start, end), as partitions
 are, so the last instant Feast is asked for is `end - BEFORE`."""
 
-FEATURE_STORE_YAML = "feature_store.yaml"
 DEFAULT_REPO = Path(__file__).resolve().parents[1] / "feature_repo"
 """The project's Feast repositories: a folder per use case, `<DEFAULT_REPO>/<use case>/`."""
 
@@ -65,17 +65,12 @@ def declarations_version(repo: str | Path) -> str:
     and settings: changes exactly when they do."""
     digest = hashlib.sha256()
     root = Path(repo)
-    files = [*_modules(root), root / FEATURE_STORE_YAML, root / ".feastignore"]
+    files = [*modules(root), root / FEATURE_STORE_YAML, root / ".feastignore"]
     for path in sorted(files):
         if path.is_file():
             name = path.relative_to(root).as_posix()
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
-
-
-def _modules(repo: Path) -> list[Path]:
-    """The Python files Feast imports from `repo` (its own caches aside)."""
-    return [path for path in repo.rglob("*.py") if "__pycache__" not in path.parts]
 
 
 class FeastFeatureStore(dg.ConfigurableResource):
@@ -129,12 +124,14 @@ class FeastFeatureStore(dg.ConfigurableResource):
 
     def apply(self) -> AppliedRepo:
         """Register the repository's declarations, delete what was removed from them, create the
-        online tables: what `feast apply` in the repository does."""
-        from feast.repo_operations import extract_objects_for_apply_delete, parse_repo
+        online tables: what `feast apply` in the repository does. A repository whose names file
+        (`declare.feast_names`) is not what its declarations name is refused (`StaleNames`):
+        the use case's references were checked against that file when the code loaded."""
+        from feast.repo_operations import extract_objects_for_apply_delete
 
         store = self.store()
-        with _inside(self.repo) as root:
-            repo = parse_repo(root)
+        repo = parse(self.repo)
+        check_names(self.repo, repo)
         with _one_apply_at_a_time(store):
             # What to add and delete is decided against the registry as it is now, not as this
             # process last cached it: another apply may just have changed it.
@@ -318,26 +315,6 @@ def _one_apply_at_a_time(store: "feast.FeatureStore") -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _inside(repo_path: Path) -> Iterator[Path]:
-    """Feast names the declaration modules by their path from the working directory and imports
-    them from sys.path, so its CLI runs from the repo folder; so does `apply`, and then returns.
-
-    The repository's modules are imported afresh: a module imported before under the same name
-    (an earlier apply, another checkout's copy of the repository) would otherwise be applied in
-    place of the file as it is now."""
-    for path in _modules(repo_path):
-        sys.modules.pop(".".join(path.relative_to(repo_path).with_suffix("").parts), None)
-    previous = Path.cwd()
-    sys.path.insert(0, str(repo_path))
-    os.chdir(repo_path)
-    try:
-        yield repo_path
-    finally:
-        os.chdir(previous)
-        sys.path.remove(str(repo_path))
 
 
 @dataclass(frozen=True)

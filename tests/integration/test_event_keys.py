@@ -26,6 +26,7 @@ from declare import (
 )
 from declare.contracts import ColumnRule, TableContract
 from ml.dataset import repeated_keys
+from resources.feast_names import refresh
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
 
@@ -126,6 +127,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> FeastFeatureStore:
     project = settings.replace("project: flights\n", f"project: {NAME}\n")
     (repos / NAME / "feature_store.yaml").write_text(project)
     (repos / NAME / f"{NAME}.py").write_text(FEAST_MODULE)
+    refresh(repos / NAME)
     store = FeastFeatureStore(repo_path=str(repos), home=str(home)).for_use_case(NAME)
     store.apply()
     day = EVENTS["event_timestamp"].dt.date

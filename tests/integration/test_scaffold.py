@@ -32,8 +32,10 @@ from assets.ingestion import source_key
 from cli import scaffold
 from cli.scaffold_survey import identifier_like
 from declare import UseCase
+from declare.feast_names import FeastNames
 from pipelines.definitions import definitions, local_resources
 from resources.expectations import GreatExpectations
+from resources.feast_names import names_of, parse
 from resources.feature_store import FeastFeatureStore
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
@@ -260,6 +262,12 @@ def test_the_generated_code_passes_ruff_and_loads_without_heavy_imports(project:
         [sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=REPO
     ).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_the_names_file_is_what_the_generated_feast_module_declares(project: Project):
+    repo = project.root / "feature_repo" / NAME
+    assert FeastNames.read(repo) == names_of(parse(repo))
+    assert f"{NAME}_v1" in FeastNames.read(repo).feature_services
 
 
 def test_the_declaration_is_inferred_from_the_sample(project: Project):

@@ -20,10 +20,13 @@ NAME = "third_case"
 DECLARATION_CHECKS = (
     "tests/unit/test_definitions.py",
     "tests/unit/test_generic_modules.py",
+    "tests/unit/test_feature_repo.py",
+    "tests/unit/test_references.py",
     "tests/unit/test_usecase.py",
 )
 """The tests that read every declared use case: the graph, its checks and groups, the generic
-modules' vocabulary, each declaration and its Feast module."""
+modules' vocabulary, its Feast repository and the references into it, each declaration and its
+Feast module."""
 BUNDLED_ONLY = (
     "tests/unit/test_definitions.py::test_the_ui_shows_the_definitions_the_snapshot_holds"
 )
