@@ -332,7 +332,7 @@ def _feature_registry(case: UseCase) -> dg.AssetsDefinition:
         key=asset_key(case, "feature_registry"),
         group_name=case.group(FEATURES),
         kinds={"feast"},
-        code_version=declarations_version(DEFAULT_REPO, f"{case.name}.py"),
+        code_version=declarations_version(DEFAULT_REPO / case.name),
         pool=REGISTRY_POOL,
         retry_policy=EXTERNAL_RETRY,
         op_tags=FEATURES_POD,
@@ -348,9 +348,7 @@ def _feature_registry(case: UseCase) -> dg.AssetsDefinition:
                 "feature_views": ", ".join(applied.feature_views),
                 "feature_services": ", ".join(applied.feature_services),
                 "deleted": ", ".join(applied.deleted) or "none",
-                "declarations_version": declarations_version(
-                    feature_store.repo_path, feature_store.declarations
-                ),
+                "declarations_version": declarations_version(feature_store.repo),
             }
         )
 

@@ -111,7 +111,7 @@ VIEWS = (
     View("carrier_history", "carrier_history", ("carrier",), dt.timedelta(days=1), _HISTORY),
     View("route_history", "route_history", ("origin", "dest"), dt.timedelta(days=1), _HISTORY),
 )
-"""`flight_delay_v1` of feature_repo/flights.py: its views in order, with their TTLs."""
+"""`flight_delay_v1` of feature_repo/flights/flights.py: its views in order, with their TTLs."""
 
 
 HISTORIES = {"carrier_history": ("carrier",), "route_history": ("origin", "dest")}

@@ -5,7 +5,7 @@
     python -m benchmarks.training_speed run --data PATH --processes 2 --threads 1 --batch 512
     python -m benchmarks.training_speed checkpoints --data PATH --every 200 --blocks 8
 
-The training set has the real one's 43 features (`feature_repo/flights.py`): 5 text columns
+The training set has the real one's 43 features (`feature_repo/flights/flights.py`): 5 text
 (carrier 16 values, origin 3, destination 105, aircraft type 3, engine type 6) and 38 numbers,
 a few percent of them missing, a label with a planted signal and a train/validation/test split.
 

@@ -7,8 +7,10 @@
 The sample is one CSV with a row per event of an entity, the label in the same row, known at the
 end of the event's day. From it the command infers each column's kind and writes the files a use
 case is made of (`FILES`): its declaration, contract and feature functions
-(`usecases/NAME/`), its Feast module (`feature_repo/NAME.py`), and its line in
-`usecases/__init__.py`. What a person must still decide is marked TODO in them. With
+(`usecases/NAME/`), its Feast repository (`feature_repo/NAME/`: the module of declarations,
+feature_store.yaml, and the names file the declaration's references are checked against when
+the code loads, written from the module as `python -m cli.feast_names` writes it), and its line
+in `usecases/__init__.py`. What a person must still decide is marked TODO in them. With
 `--write-drops` it also cuts the sample into the daily drops the declaration reads.
 
 What it infers, and says so in the files and its summary (each warning ends with what to
@@ -41,15 +43,19 @@ from pathlib import Path
 from cli.scaffold_render import format_call, quoted_names, render
 from cli.scaffold_survey import REPO_ROOT, Layout, Options, ScaffoldError, identifier_like, survey
 from declare import TASKS
+from declare.feast_names import NAMES_FILE
+from resources.feast_names import refresh
 
 FILES = (
     "usecases/{name}/__init__.py",
     "usecases/{name}/contracts.py",
     "usecases/{name}/features.py",
-    "feature_repo/{name}.py",
+    "feature_repo/{name}/{name}.py",
+    "feature_repo/{name}/feature_store.yaml",
+    "feature_repo/{name}/" + NAMES_FILE,
     "usecases/__init__.py",
 )
-"""The files a new use case touches: four new ones and the registry's one line (and import)."""
+"""The files a new use case touches: new ones and the registry's one line (and import), last."""
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """How a drop writes the event time: ISO-8601 in UTC with a `Z`, read by a drop folder as UTC."""
 
@@ -77,6 +83,9 @@ def scaffold(layout: Layout) -> Scaffolded:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         written.append(path)
+    feast_repo = options.root / "feature_repo" / layout.name
+    refresh(feast_repo)
+    written.append(feast_repo / NAMES_FILE)
     registry = options.root / "usecases" / "__init__.py"
     registered = register(registry, layout.name)
     if registered:
@@ -171,8 +180,8 @@ def warnings(layout: Layout) -> list[str]:
             found.append(
                 f"`{column.name}` has {column.note.split(':')[0]}: made a category, though it"
                 " reads like an identifier. If it names something, declare it no feature: leave"
-                " it out of CATEGORIES"
-                f" in usecases/{layout.name}/features.py and of feature_repo/{layout.name}.py."
+                f" it out of CATEGORIES in usecases/{layout.name}/features.py and of"
+                f" feature_repo/{layout.name}/{layout.name}.py."
             )
     return found
 
@@ -194,7 +203,9 @@ def summary(layout: Layout, done: Scaffolded) -> str:
         f"usecases/{name}/__init__.py": "the declaration",
         f"usecases/{name}/contracts.py": "the raw table's contract",
         f"usecases/{name}/features.py": "the feature functions",
-        f"feature_repo/{name}.py": "the Feast declarations",
+        f"feature_repo/{name}/{name}.py": "the Feast declarations",
+        f"feature_repo/{name}/feature_store.yaml": f"the Feast project {name}'s settings",
+        f"feature_repo/{name}/{NAMES_FILE}": "its names, which references are checked against",
         "usecases/__init__.py": f"registered: {name.upper()} in USE_CASES",
     }
     lines = [
@@ -222,9 +233,11 @@ def summary(layout: Layout, done: Scaffolded) -> str:
     lines += [
         "Next:",
         f"  1. decide the TODOs: grep -n TODO {shown(options.package)}/*.py"
-        f" {shown(root / 'feature_repo' / f'{name}.py')}",
-        f"  2. make run USE_CASE={name}   (ingest, features, train, gate, register, score)",
-        "  3. make dev   (the runs, assets and checks in the UI)",
+        f" {shown(root / 'feature_repo' / name / f'{name}.py')}",
+        f"  2. python -m cli.feast_names {shown(root / 'feature_repo' / name)}"
+        "   (after editing the Feast module)",
+        f"  3. make run USE_CASE={name}   (ingest, features, train, gate, register, score)",
+        "  4. make dev   (the runs, assets and checks in the UI)",
     ]
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """The text of a new use case's files, from the templates in `usecases/scaffold_templates/`
-and a `Layout` of its sample: its declaration, contract, feature functions and Feast module. The
-lines that depend on the sample are laid out here as `ruff format` lays them out."""
+and a `Layout` of its sample: its declaration, contract, feature functions and Feast repository.
+The lines that depend on the sample are laid out here as `ruff format` lays them out."""
 
 import datetime as dt
 import json
@@ -30,7 +30,10 @@ def render(layout: Layout) -> dict[str, str]:
         f"usecases/{name}/__init__.py": _template("usecase.py.tmpl", _declaration(layout)),
         f"usecases/{name}/contracts.py": _template("contracts.py.tmpl", _contracts(layout)),
         f"usecases/{name}/features.py": _template("features.py.tmpl", _features(layout)),
-        f"feature_repo/{name}.py": _template("feast.py.tmpl", _feast(layout)),
+        f"feature_repo/{name}/{name}.py": _template("feast.py.tmpl", _feast(layout)),
+        f"feature_repo/{name}/feature_store.yaml": _template(
+            "feature_store.yaml.tmpl", {"name": name}
+        ),
     }
 
 

@@ -3,6 +3,7 @@ table's grain and event key, its days; every refusal names what it refuses (`Sca
 `survey` reads it into a `Layout`, which names everything laid out from it."""
 
 import datetime as dt
+import importlib.util
 import keyword
 import re
 import zoneinfo
@@ -266,6 +267,10 @@ def _check_options(options: Options) -> None:
         raise ScaffoldError(
             f"NAME {name!r}: must be lower_snake_case (a-z, 0-9, _; a letter first)"
         )
+    # Feast imports a repository's module by its name, feature_repo/NAME/NAME.py as `NAME`: an
+    # installed module of that name would be imported in its place.
+    if importlib.util.find_spec(name) is not None:
+        raise ScaffoldError(f"NAME {name!r}: Python has a module of that name already")
     if options.task not in TASKS:
         raise ScaffoldError(f"--task {options.task!r}: one of {', '.join(TASKS)}")
     try:
@@ -276,9 +281,9 @@ def _check_options(options: Options) -> None:
         raise ScaffoldError(f"--table {options.table!r}: must be lower_snake_case")
     if options.package.exists():
         raise ScaffoldError(f"use case {name!r} exists already: {options.package}")
-    feast_module = options.root / "feature_repo" / f"{name}.py"
-    if feast_module.exists():
-        raise ScaffoldError(f"use case {name!r}: its Feast module exists already: {feast_module}")
+    feast_repo = options.root / "feature_repo" / name
+    if feast_repo.exists():
+        raise ScaffoldError(f"use case {name!r}: its Feast repository exists already: {feast_repo}")
 
 
 def _read(path: Path) -> pd.DataFrame:

@@ -5,9 +5,10 @@ Plain frozen dataclasses, checked when they are made: an error names the use cas
 """
 
 import datetime as dt
+import difflib
 import re
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +34,27 @@ class DeclarationError(ValueError):
 
 def _refuse(case: str, name: str, problem: str) -> DeclarationError:
     return DeclarationError(f"use case {case!r}: {name}: {problem}")
+
+
+SHOWN_NAMES = 12
+"""How many of the valid names a refusal lists when none is near the wrong one."""
+
+
+def unknown_name(
+    case: str, name: str, value: str, known: Iterable[str], what: str
+) -> DeclarationError:
+    """The refusal of field `name`'s `value`, which is no `what` (`"column of table 'x'"`): it
+    names the valid ones nearest to it, else the valid ones."""
+    valid = sorted(set(known))
+    near = difflib.get_close_matches(value, valid, n=3)
+    if near:
+        hint = "nearest: " + ", ".join(map(repr, near))
+    elif valid:
+        more = f" and {len(valid) - SHOWN_NAMES} more" if len(valid) > SHOWN_NAMES else ""
+        hint = "none is near; valid: " + ", ".join(map(repr, valid[:SHOWN_NAMES])) + more
+    else:
+        hint = "there is none"
+    return _refuse(case, name, f"{value!r} is no {what}; {hint}")
 
 
 @dataclass(frozen=True)
@@ -380,6 +402,9 @@ class UseCase:
                         f"feature_tables[{spec.name}].inputs[{input_name}]",
                         f"{source.table!r} is no declared {kind}",
                     )
+                if isinstance(source, Trailing):
+                    field_name = f"feature_tables[{spec.name}].inputs[{input_name}].columns"
+                    self._check_read_columns(field_name, source)
         if self.prediction.at not in PREDICTED_AT:
             raise _refuse(
                 self.name, "prediction.at", f"{self.prediction.at!r} is not one of {PREDICTED_AT}"
@@ -425,6 +450,16 @@ class UseCase:
             raise _refuse(self.name, *drift)
         if (window := self.window.problem()) is not None:
             raise _refuse(self.name, *window)
+
+    def _check_read_columns(self, name: str, source: Trailing) -> None:
+        """A trailing window reads only columns its table publishes: those of its contract and
+        the flags its `publish` adds (`counted_flags`)."""
+        table = self.event_table(source.table)
+        published = [*table.contract.column_names, *table.counted_flags]
+        for column in source.columns:
+            if column not in published:
+                what = f"column of {table.name!r} (its contract's, or a counted flag)"
+                raise unknown_name(self.name, name, column, published, what)
 
     def group(self, stage: str) -> str:
         """The asset group of one of this use case's stages (`flights_training`)."""

@@ -30,6 +30,7 @@ from assets.monitoring import monitoring_assets
 from assets.training import training_assets
 from assets.validation import event_table_assets
 from declare import UseCase
+from declare.references import check_repository
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
 from pipelines.sensors import (
@@ -266,6 +267,12 @@ def use_case_definitions(
     )
 
 
+def feast_repositories(resources: dict[str, object]) -> Path:
+    """The folder of the use cases' Feast repositories that `resources` apply and read."""
+    store = resources.get("feature_store")
+    return Path(store.repo_path) if isinstance(store, FeastFeatureStore) else DEFAULT_REPO
+
+
 def definitions(
     resources: dict[str, object],
     automation: AutomationSettings | None = None,
@@ -273,7 +280,11 @@ def definitions(
     settings: Settings = DEFAULTS,
 ) -> dg.Definitions:
     """Every use case's lifecycle, wired to `resources` (tests pass their own, under a temporary
-    home), in one code location."""
+    home), in one code location. Each use case's references into its Feast repository are
+    checked first (`declare.references`): a wrong one stops the load, naming it."""
+    repos = feast_repositories(resources)
+    for case in use_cases:
+        check_repository(case, repos / case.name)
     return dg.Definitions.merge(
         *(use_case_definitions(case, automation, settings) for case in use_cases),
         dg.Definitions(resources=resources, executor=executor(settings)),

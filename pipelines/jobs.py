@@ -181,8 +181,8 @@ def build_jobs(case: UseCase) -> list[Job]:
             definition_name(case, "apply_feature_registry"),
             selection=_assets(case, "feature_registry"),
             description=(
-                f"Apply feature_repo/{case.name}.py to the Feast registry as the project"
-                f" {case.name} (what `feast apply` does)."
+                f"Apply feature_repo/{case.name}/ to the Feast registry as the project"
+                f" {case.name} (what `feast apply` in that folder does)."
             ),
         ),
         dg.define_asset_job(

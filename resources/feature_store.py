@@ -1,9 +1,11 @@
 """Feast, behind one resource: apply the declarations, materialize a day, build point-in-time
 training sets, read online features.
 
-Every use case is a Feast project of its own, declared by its own module of the repository
-(`feature_repo/<use case>.py`): its views, services and online tables never meet another's, and
-applying one never touches another (`FeastFeatureStore.for_use_case`).
+Every use case is a Feast project of its own, declared by a Feast repository of its own
+(`feature_repo/<use case>/`: feature_store.yaml naming the project, and the module of
+declarations): its views, services and online tables never meet another's, applying one never
+touches another (`FeastFeatureStore.for_use_case`), and Feast's CLI run in that folder sees what
+the assets apply.
 
 Feast is imported on first use, never at code-location load (`import feast` takes ~11 s here).
 """
@@ -15,7 +17,6 @@ import hashlib
 import io
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 from pydantic import Field
+
+from resources.feast_names import FEATURE_STORE_YAML, check_names, modules, parse
 
 if TYPE_CHECKING:
     import feast
@@ -34,9 +37,8 @@ BEFORE = dt.timedelta(microseconds=1)
 """Feast reads a time range with both ends included; ranges here are [start, end), as partitions
 are, so the last instant Feast is asked for is `end - BEFORE`."""
 
-FEATURE_STORE_YAML = "feature_store.yaml"
 DEFAULT_REPO = Path(__file__).resolve().parents[1] / "feature_repo"
-"""The project's Feast repository: a module of declarations per use case."""
+"""The project's Feast repositories: a folder per use case, `<DEFAULT_REPO>/<use case>/`."""
 
 
 @dataclass(frozen=True)
@@ -58,20 +60,23 @@ class Materialization:
     feature_views: list[str]
 
 
-def declarations_version(repo_path: str | Path, module: str | None = None) -> str:
-    """A short hash of the repo's declarations (`module` alone, if given) and settings: changes
-    exactly when they do."""
+def declarations_version(repo: str | Path) -> str:
+    """A short hash of a Feast repository's declarations (its Python files, as Feast reads them)
+    and settings: changes exactly when they do."""
     digest = hashlib.sha256()
-    root = Path(repo_path)
-    modules = [root / module] if module else root.glob("*.py")
-    for path in sorted([*modules, root / FEATURE_STORE_YAML, root / ".feastignore"]):
+    root = Path(repo)
+    files = [*modules(root), root / FEATURE_STORE_YAML, root / ".feastignore"]
+    for path in sorted(files):
         if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            name = path.relative_to(root).as_posix()
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
 class FeastFeatureStore(dg.ConfigurableResource):
-    """The project's Feast repository (`feature_repo/`) with its feature_store.yaml settings.
+    """A Feast repository with its feature_store.yaml settings: `repo_path` itself, or with
+    `use_case` set (`for_use_case`), that use case's folder of `repo_path`, the project's
+    repositories (`feature_repo/`).
 
     With `home` set, the local registry, SQLite online store and the offline store's root move
     under that folder (`<home>/feast/`, `<home>/lake`), so tests and other checkouts never share
@@ -80,7 +85,10 @@ class FeastFeatureStore(dg.ConfigurableResource):
     (`registry_url`, `redis_url`) and points the offline store at the lake (`offline_root`); the
     declarations stay the same."""
 
-    repo_path: str
+    repo_path: str = Field(
+        description="A Feast repository (a folder with feature_store.yaml), or with `use_case`,"
+        " the folder that holds one per use case."
+    )
     home: str | None = None
     registry_url: str | None = Field(
         default=None,
@@ -98,27 +106,32 @@ class FeastFeatureStore(dg.ConfigurableResource):
         description="The folder the offline store reads the lake's tables from (a local or"
         " mounted path).",
     )
-    project: str | None = Field(
+    use_case: str | None = Field(
         default=None,
-        description="The Feast project; None: feature_store.yaml's (what the feast CLI uses).",
-    )
-    declarations: str | None = Field(
-        default=None,
-        description="The module of the repository that declares the project; None: all.",
+        description="The use case whose repository, `<repo_path>/<use_case>/`, this store is;"
+        " None: `repo_path` is the repository.",
     )
 
     def for_use_case(self, name: str) -> "FeastFeatureStore":
-        """This store as the Feast project of use case `name`, declared by `<name>.py`."""
-        return self.model_copy(update={"project": name, "declarations": f"{name}.py"})
+        """This store as the Feast repository of use case `name`: `<repo_path>/<name>/`."""
+        return self.model_copy(update={"use_case": name})
+
+    @property
+    def repo(self) -> Path:
+        """The Feast repository this store applies and reads, as the feast CLI run there would."""
+        root = Path(self.repo_path).resolve()
+        return root / self.use_case if self.use_case is not None else root
 
     def apply(self) -> AppliedRepo:
-        """Register the repo's declarations, delete what was removed from them, create the online
-        tables: what `feast apply` does."""
-        from feast.repo_operations import extract_objects_for_apply_delete, parse_repo
+        """Register the repository's declarations, delete what was removed from them, create the
+        online tables: what `feast apply` in the repository does. A repository whose names file
+        (`declare.feast_names`) is not what its declarations name is refused (`StaleNames`):
+        the use case's references were checked against that file when the code loaded."""
+        from feast.repo_operations import extract_objects_for_apply_delete
 
         store = self.store()
-        with _declarations(Path(self.repo_path).resolve(), self.declarations) as root:
-            repo = parse_repo(root)
+        repo = parse(self.repo)
+        check_names(self.repo, repo)
         with _one_apply_at_a_time(store):
             # What to add and delete is decided against the registry as it is now, not as this
             # process last cached it: another apply may just have changed it.
@@ -252,12 +265,8 @@ class FeastFeatureStore(dg.ConfigurableResource):
         return job.to_df()
 
     def store(self) -> "feast.FeatureStore":
-        return _feature_store(
-            str(Path(self.repo_path).resolve()),
-            self.home,
-            Services(self.registry_url, self.redis_url, self.offline_root),
-            self.project,
-        )
+        services = Services(self.registry_url, self.redis_url, self.offline_root)
+        return _feature_store(str(self.repo), self.home, services)
 
 
 @contextlib.contextmanager
@@ -306,40 +315,6 @@ def _one_apply_at_a_time(store: "feast.FeatureStore") -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _declarations(repo_path: Path, module: str | None) -> Iterator[Path]:
-    """A folder Feast parses for the declarations to apply: the repo, or a copy of one module
-    (Feast imports every Python file of the folder it is given)."""
-    if module is None:
-        with _inside(repo_path) as root:
-            yield root
-        return
-    import shutil
-    import tempfile
-
-    source = repo_path / module
-    if not source.is_file():
-        raise FileNotFoundError(f"no Feast declarations {source} for project {module[:-3]!r}")
-    with tempfile.TemporaryDirectory(prefix="feast-declarations-") as folder:
-        shutil.copyfile(source, Path(folder) / module)
-        with _inside(Path(folder)) as root:
-            yield root
-
-
-@contextlib.contextmanager
-def _inside(repo_path: Path) -> Iterator[Path]:
-    """Feast names the declaration modules by their path from the working directory and imports
-    them from sys.path, so its CLI runs from the repo folder; so does `apply`, and then returns."""
-    previous = Path.cwd()
-    sys.path.insert(0, str(repo_path))
-    os.chdir(repo_path)
-    try:
-        yield repo_path
-    finally:
-        os.chdir(previous)
-        sys.path.remove(str(repo_path))
 
 
 @dataclass(frozen=True)
@@ -395,20 +370,21 @@ def local_folder(location: str) -> str:
 
 @functools.cache
 def _feature_store(
-    repo_path: str, home: str | None, services: Services = Services(), project: str | None = None
+    repo_path: str, home: str | None, services: Services = Services()
 ) -> "feast.FeatureStore":
     """One FeatureStore per process and setting: it caches the registry between calls."""
     import feast
     import yaml
     from feast.repo_config import RepoConfig
 
-    text = (Path(repo_path) / FEATURE_STORE_YAML).read_text()
+    settings_file = Path(repo_path) / FEATURE_STORE_YAML
+    if not settings_file.is_file():
+        raise FileNotFoundError(f"{repo_path} is no Feast repository: no {FEATURE_STORE_YAML}")
+    text = settings_file.read_text()
     settings: dict[str, Any] = yaml.safe_load(os.path.expandvars(text))
     if home is not None:
         settings = _under_home(settings, Path(home))
     settings = services.apply_to(settings)
-    if project is not None:
-        settings["project"] = project
     config = RepoConfig(repo_path=Path(repo_path), **settings)
     return feast.FeatureStore(repo_path=repo_path, config=config)
 

@@ -2,7 +2,7 @@
 (`declare.UseCase`), and the lifecycle builds every stage of each from its declaration.
 
 A new use case is a folder here (laid out by `python -m cli.scaffold NAME`), its Feast
-module `feature_repo/<name>.py`, and its line in `USE_CASES` below.
+repository `feature_repo/<name>/`, and its line in `USE_CASES` below.
 """
 
 from declare import UseCase

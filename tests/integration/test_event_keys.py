@@ -7,7 +7,6 @@ the join finds first. The Feast join shows the misjoin here; the `training_set` 
 rows, naming the view, its key and how many rows repeat it."""
 
 import datetime as dt
-import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -26,6 +25,7 @@ from declare import (
     UseCase,
 )
 from declare.contracts import ColumnRule, TableContract
+from resources.feast_names import refresh
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
 
@@ -120,11 +120,14 @@ EVENTS = pd.DataFrame(
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> FeastFeatureStore:
     root = tmp_path_factory.mktemp("old_shape")
-    repo, home = root / "feature_repo", root / "home"
-    repo.mkdir()
-    shutil.copyfile(REPO / "feature_repo" / "feature_store.yaml", repo / "feature_store.yaml")
-    (repo / f"{NAME}.py").write_text(FEAST_MODULE)
-    store = FeastFeatureStore(repo_path=str(repo), home=str(home)).for_use_case(NAME)
+    repos, home = root / "feature_repo", root / "home"
+    (repos / NAME).mkdir(parents=True)
+    settings = (REPO / "feature_repo" / "flights" / "feature_store.yaml").read_text()
+    project = settings.replace("project: flights\n", f"project: {NAME}\n")
+    (repos / NAME / "feature_store.yaml").write_text(project)
+    (repos / NAME / f"{NAME}.py").write_text(FEAST_MODULE)
+    refresh(repos / NAME)
+    store = FeastFeatureStore(repo_path=str(repos), home=str(home)).for_use_case(NAME)
     store.apply()
     day = EVENTS["event_timestamp"].dt.date
     for table, columns in (("event_features", ["movie"]), ("event_outcomes", ["liked"])):

@@ -196,13 +196,12 @@ def test_a_ridership_run_touches_nothing_of_the_flights(lifecycle: Lifecycle):
 
 def test_the_feature_service_joins_each_stations_day_to_its_own_days_rows(tmp_path):
     repo, lake = tmp_path / "repo", tmp_path / "lake"
-    repo.mkdir()
-    settings = yaml.safe_load((REPO / "feature_repo" / "feature_store.yaml").read_text())
+    shutil.copytree(REPO / "feature_repo" / "ridership", repo)
+    settings = yaml.safe_load((repo / "feature_store.yaml").read_text())
     settings |= {"project": "ridership_test", "registry": str(tmp_path / "registry.db")}
     settings["online_store"]["path"] = str(tmp_path / "online.db")
     settings["offline_store"]["root"] = str(lake)
     (repo / "feature_store.yaml").write_text(yaml.safe_dump(settings))
-    shutil.copy(REPO / "feature_repo" / "ridership.py", repo)
 
     days = days_between(dt.date(2015, 2, 16), DST_STARTS + dt.timedelta(days=6))
     written: dict[str, list[pd.DataFrame]] = {}

@@ -31,9 +31,11 @@ from assets import asset_key
 from assets.ingestion import source_key
 from cli import scaffold
 from declare import UseCase
+from declare.feast_names import FeastNames
 from pipelines.definitions import definitions, local_resources
 from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
+from resources.feast_names import names_of, parse
 from resources.feature_store import FeastFeatureStore
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
@@ -159,14 +161,10 @@ def metadata(result: dg.ExecuteInProcessResult, case: UseCase, asset: str) -> di
 
 
 def new_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project folder with the registry of use cases and Feast's settings, and nothing else."""
+    """A project folder with the registry of use cases, and nothing else."""
     root = tmp_path_factory.mktemp("project")
     (root / "usecases").mkdir()
     shutil.copyfile(REPO / "usecases" / "__init__.py", root / "usecases" / "__init__.py")
-    (root / "feature_repo").mkdir()
-    shutil.copyfile(
-        REPO / "feature_repo" / "feature_store.yaml", root / "feature_repo" / "feature_store.yaml"
-    )
     return root
 
 
@@ -241,8 +239,12 @@ def test_the_summary_lists_the_files_a_use_case_touches_and_what_to_do_next(proj
     assert [entry.strip() for entry in cases.split(",") if entry.strip()][-1] == NAME.upper()
 
 
+def python_files(root: Path, name: str, files: tuple[str, ...] = scaffold.FILES) -> list[str]:
+    return [str(root / f.format(name=name)) for f in files if f.endswith(".py")]
+
+
 def test_the_generated_code_passes_ruff_and_loads_without_heavy_imports(project: Project):
-    files = [str(project.root / f.format(name=NAME)) for f in scaffold.FILES]
+    files = python_files(project.root, NAME)
     checked = ruff("check", *files)
     assert checked.returncode == 0, checked.stdout
     formatted = ruff("format", "--check", *files)
@@ -260,6 +262,12 @@ def test_the_generated_code_passes_ruff_and_loads_without_heavy_imports(project:
         [sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=REPO
     ).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_the_names_file_is_what_the_generated_feast_module_declares(project: Project):
+    repo = project.root / "feature_repo" / NAME
+    assert FeastNames.read(repo) == names_of(parse(repo))
+    assert f"{NAME}_v1" in FeastNames.read(repo).feature_services
 
 
 def test_the_declaration_is_inferred_from_the_sample(project: Project):
@@ -345,10 +353,11 @@ def test_a_regression_with_iso_times_and_another_drop_folder_is_laid_out_clean(t
         *("--timestamp", "ts", "--label", "amount", "--task", "regression"),
         *("--root", str(tmp_path), "--drops", str(tmp_path / "elsewhere"), "--write-drops"),
     )
-    assert "4 files:" in summary and "not registered" in summary  # no usecases/__init__.py here
-    files = [tmp_path / f.format(name="spend") for f in scaffold.FILES[:4]]
-    assert ruff("check", *map(str, files)).returncode == 0
-    assert ruff("format", "--check", *map(str, files)).returncode == 0
+    new = scaffold.FILES[:-1]  # no usecases/__init__.py here to register in
+    assert f"{len(new)} files:" in summary and "not registered" in summary
+    files = python_files(tmp_path, "spend", new)
+    assert ruff("check", *files).returncode == 0
+    assert ruff("format", "--check", *files).returncode == 0
     try:
         case = import_use_case(tmp_path, "spend")
         assert case.label.task == "regression" and case.timezone == "UTC"
@@ -358,7 +367,7 @@ def test_a_regression_with_iso_times_and_another_drop_folder_is_laid_out_clean(t
         assert drops == (tmp_path / "elsewhere").resolve()
     finally:
         forget("spend")
-    assert "../../elsewhere" in files[0].read_text()  # relative to the package, not absolute
+    assert "../../elsewhere" in Path(files[0]).read_text()  # relative to the package
     assert len(list((tmp_path / "elsewhere" / "visits_per_day").glob("*.csv"))) == 6
 
 
@@ -394,7 +403,7 @@ def test_event_data_is_declared_as_events_keyed_by_what_tells_them_apart(events:
     assert 'EVENT_COLUMNS = ("user_id", "item_id")' in features
     assert 'EVENT_KEY = "rating_key"' in features
     assert '"item_id": ' not in features  # an identifier, no feature
-    feast = (events.root / "feature_repo" / f"{EVENT_NAME}.py").read_text()
+    feast = (events.root / "feature_repo" / EVENT_NAME / f"{EVENT_NAME}.py").read_text()
     assert 'join_keys=["rating_key"]' in feast and 'Field(name="user_id", dtype=String)' in feast
 
 

@@ -20,10 +20,18 @@ NAME = "third_case"
 DECLARATION_CHECKS = (
     "tests/unit/test_definitions.py",
     "tests/unit/test_generic_modules.py",
+    "tests/unit/test_feature_repo.py",
+    "tests/unit/test_references.py",
     "tests/unit/test_usecase.py",
 )
 """The tests that read every declared use case: the graph, its checks and groups, the generic
-modules' vocabulary, each declaration and its Feast module."""
+modules' vocabulary, its Feast repository and the references into it, each declaration and its
+Feast module."""
+BUNDLED_ONLY = (
+    "tests/unit/test_definitions.py::test_the_ui_shows_the_definitions_the_snapshot_holds"
+)
+"""Holds the bundled use cases' Definitions as tests/definitions.json has them: with a third use
+case they differ on purpose."""
 
 
 def copy_of_the_project(target: Path) -> Path:
@@ -73,7 +81,9 @@ def test_the_copy_declares_the_third_use_case_beside_the_bundled_ones(copy: Path
 
 def test_the_declaration_checks_pass_with_a_third_use_case(copy: Path):
     checked = python(
-        copy, "-m", "pytest", *DECLARATION_CHECKS, "-q", "-p", "no:cacheprovider", "-m", "unit"
+        copy,
+        *("-m", "pytest", *DECLARATION_CHECKS, "--deselect", BUNDLED_ONLY),
+        *("-q", "-p", "no:cacheprovider", "-m", "unit"),
     )
     assert checked.returncode == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
     assert (

@@ -243,9 +243,14 @@ def test_the_registry_code_version_changes_exactly_when_declarations_do(tmp_path
     (tmp_path / "feature_store.yaml").write_text("project: p\n")
     first = declarations_version(tmp_path)
     (tmp_path / "notes.md").write_text("not a declaration")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "repo.cpython-311.pyc").write_text("a cache")
     assert declarations_version(tmp_path) == first
     (tmp_path / "repo.py").write_text("x = 2\n")
-    assert declarations_version(tmp_path) != first
+    second = declarations_version(tmp_path)
+    assert second != first
+    (tmp_path / "feature_store.yaml").write_text("project: q\n")
+    assert declarations_version(tmp_path) != second
 
 
 def test_a_drop_folder_takes_its_size_limit_and_chunk_from_the_environment(tmp_path):

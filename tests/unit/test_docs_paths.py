@@ -27,7 +27,7 @@ NOT_IN_THE_REPOSITORY = {
     "deploy/dagster-daemon": "kubectl's name of the daemon's Deployment, not a path",
     "benchmarks/results/latest.json": "what `make bench` writes",
     "usecases/ratings/contracts.py": "README's example of what the scaffold writes",
-    "feature_repo/ratings.py": "README's example of what the scaffold writes",
+    "feature_repo/ratings/ratings.py": "README's example of what the scaffold writes",
 }
 """Paths the docs name on purpose that a checkout does not hold, and why."""
 

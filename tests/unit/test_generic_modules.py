@@ -1,6 +1,6 @@
 """The lifecycle is generic: no module of cli/, pipelines/, assets/, resources/ or ml/ names a
 bundled use case's tables, columns, label, model, feature service or Feast views. What is specific
-lives in `usecases/<name>/` and `feature_repo/<name>.py` only, and the one list of use cases is
+lives in `usecases/<name>/` and `feature_repo/<name>/` only, and the one list of use cases is
 `usecases.USE_CASES`. The vocabulary is the bundled use cases' (`usecases.BUNDLED`): a use case
 added later may name its columns with ordinary words (`user`, `timestamp`) that generic code
 says too, without making the generic code specific."""
@@ -42,7 +42,7 @@ def names(case: UseCase) -> set[str]:
         words |= {table.name, *prefixed}
     words |= {dimension.name for dimension in case.dimensions}
     words |= {spec.name for spec in case.feature_tables}
-    feast = (REPO / "feature_repo" / f"{case.name}.py").read_text()
+    feast = (REPO / "feature_repo" / case.name / f"{case.name}.py").read_text()
     words |= set(re.findall(r'\bname="([A-Za-z_][A-Za-z0-9_]*)"', feast))
     return words - EVERYDAY_WORDS
 

@@ -19,6 +19,7 @@ from declare import (
     Lookup,
     Prediction,
     Trailing,
+    UseCase,
 )
 from resources.lake import LakePartitions, LakeTable
 from usecases import USE_CASES
@@ -37,7 +38,7 @@ def test_the_declared_use_cases_are_apart():
 
 @pytest.mark.parametrize("case", USE_CASES, ids=lambda case: case.name)
 def test_each_declared_use_case_has_a_feast_module_of_its_views_and_tables(case):
-    feast = (REPO / "feature_repo" / f"{case.name}.py").read_text()
+    feast = (REPO / "feature_repo" / case.name / f"{case.name}.py").read_text()
     named = set(re.findall(r'\bname="([A-Za-z_][A-Za-z0-9_]*)"', feast))
     assert {case.label.view, case.feature_service} <= named
     sources = set(re.findall(r'_lake_table\(\s*"([a-z0-9_]+)"', feast))
@@ -132,6 +133,34 @@ def test_a_feature_input_of_an_undeclared_table_is_refused_by_name():
                             {"rows": Day("trips")})  # fmt: skip
     with pytest.raises(DeclarationError, match=r"feature_tables\[odd\]\.inputs\[rows\]"):
         dataclasses.replace(FLIGHTS, feature_tables=(*FLIGHTS.feature_tables, spec))
+
+
+def reading_history(columns: tuple[str, ...]) -> UseCase:
+    """The flights, their carriers' history reading `columns` of the published flights."""
+    spec = FLIGHTS.feature_table("carrier_history")
+    window = spec.inputs["flights"]
+    assert isinstance(window, Trailing)
+    inputs = {**spec.inputs, "flights": dataclasses.replace(window, columns=columns)}
+    tables = tuple(
+        dataclasses.replace(t, inputs=inputs) if t is spec else t for t in FLIGHTS.feature_tables
+    )
+    return dataclasses.replace(FLIGHTS, feature_tables=tables)
+
+
+def test_a_trailing_window_of_a_column_its_table_does_not_publish_is_refused():
+    with pytest.raises(DeclarationError) as refused:
+        reading_history(("carrier", "arr_dealy"))
+    message = str(refused.value)
+    assert message.startswith(
+        "use case 'flights': feature_tables[carrier_history].inputs[flights].columns:"
+        " 'arr_dealy' is no column of 'flights'"
+    )
+    assert "nearest: 'arr_delay'" in message
+
+
+def test_a_trailing_window_may_read_a_flag_its_table_publishes():
+    assert "cancelled" in FLIGHTS.event_table("flights").counted_flags
+    reading_history(("carrier", "cancelled"))
 
 
 def day_files(folder: Path, days: int) -> list[LakeTable]:

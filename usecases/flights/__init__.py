@@ -4,7 +4,7 @@
 airports and the planes, airlines and airports they name. The task: will a scheduled departure
 arrive 15 or more minutes late (binary), from what is known at the start of its day.
 
-Everything specific to the flights is in this folder and in `feature_repo/flights.py`:
+Everything specific to the flights is in this folder and in `feature_repo/flights/`:
 contracts (`contracts.py`), Dagster-free feature functions (`features.py`) and the bundled data
 (`source.py`). The lifecycle builds every stage from `USE_CASE` below.
 """

@@ -4,7 +4,7 @@
 The task: how many riders (thousands) will enter a station on a day, from its earlier days, the
 calendar, the home games and the weather of the day before (regression).
 
-Everything specific to the ridership is in this folder and in `feature_repo/ridership.py`:
+Everything specific to the ridership is in this folder and in `feature_repo/ridership/`:
 contracts (`contracts.py`), the bundled data reshaped into daily tables (`source.py`,
 `bundled.py`), Dagster-free feature functions (`features.py`) and the seasonal-naive baseline
 (`baseline.py`). The lifecycle builds every stage from `USE_CASE` below.

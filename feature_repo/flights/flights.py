@@ -1,6 +1,7 @@
-"""Feast declarations of the flights use case (the Feast project `flights`), in dependency
-order: entities, sources, feature views, the label view, the FeatureService. Declarations only:
-the `flights/feature_registry` asset applies this file alone.
+"""Feast declarations of the flights use case (the Feast project `flights`, named by this
+folder's feature_store.yaml), in dependency order: entities, sources, feature views, the label
+view, the FeatureService. Declarations only: the `flights/feature_registry` asset applies this
+folder, as `feast apply` run in it does.
 
 Sources are the daily feature tables the use case's feature assets write to the lake
 (`<lake>/flights/<table>/<day>.parquet`); their paths are relative to the offline store's `root`

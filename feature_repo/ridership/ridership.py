@@ -1,6 +1,7 @@
-"""Feast declarations of the ridership use case, in dependency order: the entity, sources, feature
-views, the label view, the FeatureService. Declarations only: `feast apply` imports this file
-(the `ridership/feature_registry` asset applies it alone, as the Feast project `ridership`).
+"""Feast declarations of the ridership use case (the Feast project `ridership`, named by this
+folder's feature_store.yaml), in dependency order: the entity, sources, feature views, the label
+view, the FeatureService. Declarations only: the `ridership/feature_registry` asset applies this
+folder, as `feast apply` run in it does.
 
 Sources are the daily feature tables of `usecases/ridership/features.py` in the lake
 (`<lake>/ridership/<table>/<day>.parquet`); their paths are relative to the offline store's
