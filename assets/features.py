@@ -1,28 +1,31 @@
 """Features: leak-free daily feature tables in the lake (Feast's offline store), the Feast
 registry, the online store, and point-in-time training sets.
 
-The logic is in `ml/features.py` and `ml/dataset.py`; Feast sits behind `FeastFeatureStore`.
+The work is in `ml/feature_days.py` (a table's days from their inputs' partitions, built by a
+use case's Dagster-free feature functions) and `ml/training_set.py` (the point-in-time join and
+the split, `ml/dataset.py`); Feast sits behind `FeastFeatureStore`.
 """
 
 import datetime as dt
 import hashlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import create_model
 
-from assets import EXTERNAL_RETRY, asset_key, daily_partitions
+from assets import EXTERNAL_RETRY, asset_key, dagster_metadata, daily_partitions, refusing
 from assets.pods import FEATURES as FEATURES_POD
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_POINTER_TAG, INPUT_VERSION_TAG
-from declare import Day, FeatureTableSpec, Lookup, Trailing, UseCase, partition_day
+from declare import SPLIT_DAYS, FeatureTableSpec, Lookup, UseCase, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
 from resources.lake import Chunks, LakePartitions, ParquetLake, stored_hash
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ml.feature_days import FeatureDay, FeatureInputs
     from ml.features import TableStream
 
 FEATURES = "features"
@@ -52,21 +55,6 @@ def _slot(table: str) -> str:
     return f"{table}_published"
 
 
-def _reach(spec: FeatureTableSpec) -> dict[str, tuple[int, bool]]:
-    """For each event table `spec` reads: how many days before the day it reads back, and
-    whether it reads the day itself."""
-    reach: dict[str, tuple[int, bool]] = {}
-    for source in spec.inputs.values():
-        if isinstance(source, Lookup):
-            continue
-        days, today = reach.get(source.table, (0, False))
-        if isinstance(source, Trailing):
-            reach[source.table] = (max(days, source.days), today)
-        else:
-            reach[source.table] = (days, True)
-    return reach
-
-
 def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]:
     """The step's inputs: one per dimension table, and one per published event table, however
     many of the declared inputs read it (Dagster keys a step's inputs by asset, so the day and a
@@ -76,7 +64,7 @@ def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]
         for name, source in spec.inputs.items()
         if isinstance(source, Lookup)
     }
-    for table, (days, today) in _reach(spec).items():
+    for table, (days, today) in spec.reach().items():
         window = None
         if days:
             window = dg.TimeWindowPartitionMapping(
@@ -93,40 +81,14 @@ def table_inputs(case: UseCase, spec: FeatureTableSpec) -> dict[str, dg.AssetIn]
     return ins
 
 
-def _shifted(day: str, days: int) -> str:
-    return (partition_day(day) + dt.timedelta(days=days)).isoformat()
+def feature_inputs(spec: FeatureTableSpec, inputs: dict[str, Any]) -> "FeatureInputs":
+    """The step's inputs (`table_inputs`) as the feature days read them."""
+    from ml.feature_days import FeatureInputs
 
-
-def day_share(spec: FeatureTableSpec, inputs: dict[str, Any], day: str) -> dict[str, Any]:
-    """The inputs of one day of a step that runs a range: each event table's partitions cut
-    to what that day reads; raises the not-materialized error of a day it needs and lacks."""
-    share = dict(inputs)
-    for table, (days, today) in _reach(spec).items():
-        value: LakePartitions = inputs[_slot(table)]
-        share[_slot(table)] = value.between(_shifted(day, -days), _shifted(day, 0 if today else -1))
-    return share
-
-
-def table_arguments(spec: FeatureTableSpec, inputs: dict[str, Any]) -> tuple[dict, dict]:
-    """What `spec.build` gets for each declared input (chunks of the day, of its trailing days,
-    or a dimension table), and the metadata of what was read."""
-    arguments: dict[str, Any] = {}
-    metadata: dict[str, int] = {}
-    today = {s.table for s in spec.inputs.values() if isinstance(s, Day)}
-    for name, source in spec.inputs.items():
-        if isinstance(source, Lookup):
-            arguments[name] = inputs[name]
-            continue
-        value = inputs[_slot(source.table)]
-        if isinstance(source, Day):
-            day = value.tables[-1] if isinstance(value, LakePartitions) else value
-            arguments[name] = day.frames()
-            continue
-        before = value.tables[:-1] if source.table in today else value.tables
-        window = LakePartitions(before[len(before) - source.days :] if source.days else ())
-        arguments[name] = window.frames(list(source.columns))
-        metadata[f"{name}_days_loaded"] = len(window)
-    return arguments, metadata
+    return FeatureInputs(
+        {table: inputs[_slot(table)] for table in spec.reach()},
+        {name: inputs[name] for name, s in spec.inputs.items() if isinstance(s, Lookup)},
+    )
 
 
 CODE_VERSION = "1"
@@ -158,19 +120,13 @@ def _feature_table(case: UseCase, spec: FeatureTableSpec) -> dg.AssetsDefinition
         op_tags=FEATURES_POD,
     )
     def _table(context: dg.AssetExecutionContext, **inputs: Any):
-        from ml.features import FeatureTable
+        from ml.feature_days import build_day
 
         if not context.has_partition_key:
             yield from _feature_days(context, case, spec, inputs)
             return
-        arguments, read = table_arguments(spec, inputs)
-        context.add_output_metadata(read)
-        built = spec.build(partition_day(context.partition_key), **arguments)
-        if isinstance(built, FeatureTable):
-            context.add_output_metadata(dict(built.counts))
-            yield dg.Output(built.frame)
-            return
-        yield dg.Output(_streamed(built))
+        built = build_day(spec, feature_inputs(spec, inputs), context.partition_key)
+        yield dg.Output(_rows(built), metadata=dagster_metadata(built.metadata()))
 
     return _table
 
@@ -184,98 +140,41 @@ def _feature_days(
     """Each day of a range built, written and recorded as its own partition, with the versions
     Dagster records for a step of one day. A day whose published rows (or trailing days) are
     missing is refused alone; the step fails after the others, naming it."""
-    from ml.features import FeatureTable
+    from ml.feature_days import MissingInput, build_days
 
     lake: ParquetLake = context.resources.lake
-    key = asset_key(case, spec.name)
+    key, days = asset_key(case, spec.name), context.partition_keys
     lookups = _lookup_tags(context, case, spec)
-    together = _built_together(spec, inputs, context.partition_keys, case.partitions.timezone)
     hashes: dict[str, str] = {}  # each input file's content hash, read once for the range
     refused: list[str] = []
-    for day in context.partition_keys:
-        try:
-            share = day_share(spec, inputs, day)
-        except FileNotFoundError as missing:
-            refused.append(f"{day}: {missing}")
+    for built in build_days(spec, feature_inputs(spec, inputs), days, case.partitions.timezone):
+        if isinstance(built, MissingInput):
+            refused.append(f"{built.day}: {built.error}")
             continue
-        arguments, read = table_arguments(spec, share)  # the day's inputs, unread
-        if day in together:
-            table, counts = together[day]
-        else:
-            built = spec.build(partition_day(day), **arguments)
-            table = built.frame if isinstance(built, FeatureTable) else _streamed(built)
-            counts = dict(built.counts) if isinstance(built, FeatureTable) else {}
-        stored = lake.write(key, day, table)
+        stored = lake.write(key, built.day, _rows(built))
         tags = {DATA_VERSION_TAG: stored.data_version.value, CODE_VERSION_TAG: CODE_VERSION}
-        tags |= _input_tags(case, spec, share, lookups, hashes)
-        yield dg.AssetMaterialization(
-            key, partition=day, metadata={**read, **counts, **stored.metadata}, tags=tags
-        )
+        tags |= _input_tags(case, built.inputs, lookups, hashes)
+        metadata = {**dagster_metadata(built.metadata()), **stored.metadata}
+        yield dg.AssetMaterialization(key, partition=built.day, metadata=metadata, tags=tags)
     if refused:
         raise dg.Failure(
             description=f"{key.to_user_string()}: {len(refused)} of"
-            f" {len(context.partition_keys)} days not built, their input is not published:\n"
-            + "\n".join(refused),
+            f" {len(days)} days not built, their input is not published:\n" + "\n".join(refused),
             metadata={"refused_partitions": [r.split(":", 1)[0] for r in refused]},
             allow_retries=False,
         )
 
 
-def _built_together(
-    spec: FeatureTableSpec, inputs: dict[str, Any], days: Sequence[str], timezone: str
-) -> dict[str, tuple["pd.DataFrame", dict[str, int]]]:
-    """The rows of each day of the range that `spec.build_days` built with the other days of
-    its stretch (consecutive days whose inputs are all published), and the stretch's counts
-    (named `range_<count>`): one call and one read of the shared history a stretch. Empty when
-    the declaration has no `build_days`; a day left out is built alone (or refused alone)."""
-    if spec.build_days is None:
-        return {}
-    stretches: list[list[str]] = [[]]
-    for day in days:
-        try:
-            day_share(spec, inputs, day)
-        except FileNotFoundError:
-            stretches.append([])
-            continue
-        stretches[-1].append(day)
-    built = {}
-    for stretch in stretches:
-        if len(stretch) > 1:
-            built |= _build_stretch(spec, inputs, stretch, timezone)
-    return built
+def _rows(day: "FeatureDay") -> "pd.DataFrame | Chunks":
+    """A day's table as the lake writes it: whole, or a chunk at a time as it is built."""
+    from ml.features import FeatureTable
 
-
-def _build_stretch(
-    spec: FeatureTableSpec, inputs: dict[str, Any], days: Sequence[str], timezone: str
-) -> dict[str, tuple["pd.DataFrame", dict[str, int]]]:
-    from ml.features import EVENT_TIMESTAMP
-
-    assert spec.build_days is not None
-    first, last = days[0], days[-1]
-    arguments: dict[str, Any] = {}
-    for name, source in spec.inputs.items():
-        if isinstance(source, Lookup):
-            arguments[name] = inputs[name]
-            continue
-        value: LakePartitions = inputs[_slot(source.table)]
-        if isinstance(source, Day):
-            arguments[name] = value.between(first, last).frames()
-            continue
-        window = value.between(_shifted(first, -source.days), _shifted(last, -1))
-        arguments[name] = window.frames(list(source.columns))
-    built = spec.build_days([partition_day(day) for day in days], **arguments)
-    counts = {f"range_{name}": count for name, count in built.counts.items()}
-    stamped = built.frame[EVENT_TIMESTAMP].dt.tz_convert(timezone).dt.strftime("%Y-%m-%d")
-    # A day without rows is left to `build`, whose empty table has the declared schema.
-    return {
-        day: (rows.reset_index(drop=True), counts) for day, rows in built.frame.groupby(stamped)
-    }
+    return day.built.frame if isinstance(day.built, FeatureTable) else _streamed(day.built)
 
 
 def _input_tags(
     case: UseCase,
-    spec: FeatureTableSpec,
-    share: dict[str, Any],
+    share: "FeatureInputs",
     lookups: dict[str, str],
     hashes: dict[str, str],
 ) -> dict[str, str]:
@@ -283,8 +182,7 @@ def _input_tags(
     read, sha256 of the read partitions' data versions (their content hashes) in partition
     order; for each dimension table, its latest materialization's version and storage id."""
     tags = dict(lookups)
-    for table in _reach(spec):
-        window: LakePartitions = share[_slot(table)]
+    for table, window in share.published.items():
         for table_file in window.tables:
             if str(table_file.path) not in hashes:
                 hashes[str(table_file.path)] = stored_hash(table_file.path) or ""
@@ -369,11 +267,7 @@ def _online_features(case: UseCase) -> dg.AssetsDefinition:
         key=asset_key(case, "online_features"),
         partitions_def=partitions_def,
         deps=_tables(case),
-        # Runs of a month of days, each one Feast materialization, after the tables' run: their
-        # ranged steps record each day themselves and yield no output, so a child in their run
-        # would be skipped, and Dagster keeps a child out of its parent's run when their
-        # policies differ.
-        backfill_policy=dg.BackfillPolicy.multi_run(case.partitions.days_per_run),
+        backfill_policy=_online_backfill(case),
         group_name=case.group(FEATURES),
         kinds={"feast", "sqlite"},
         code_version=CODE_VERSION,
@@ -397,18 +291,33 @@ def _online_features(case: UseCase) -> dg.AssetsDefinition:
             "watermark_before": watermark.isoformat() if watermark else "none",
             "feature_views": ", ".join(done.feature_views),
         }
-        if context.has_partition_key:
-            yield dg.MaterializeResult(metadata=metadata)
-            return
-        for day in context.partition_keys:
-            yield dg.AssetMaterialization(
-                context.asset_key,
-                partition=day,
-                metadata=metadata,
-                tags={CODE_VERSION_TAG: CODE_VERSION},
-            )
+        yield from _each_day(context, metadata)
 
     return online_features
+
+
+def _each_day(
+    context: dg.AssetExecutionContext, metadata: dict[str, Any]
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+    """What a step that yields no output records: its result for one day, or an event for each
+    day of its range, tagged with the code version as Dagster tags a step of one day."""
+    if context.has_partition_key:
+        yield dg.MaterializeResult(metadata=metadata)
+        return
+    for day in context.partition_keys:
+        yield dg.AssetMaterialization(
+            context.asset_key,
+            partition=day,
+            metadata=metadata,
+            tags={CODE_VERSION_TAG: CODE_VERSION},
+        )
+
+
+def _online_backfill(case: UseCase) -> dg.BackfillPolicy:
+    """Runs of a month of days, each one Feast materialization, after the tables' run: their
+    ranged steps record each day themselves and yield no output, so a child in their run would
+    be skipped, and Dagster keeps a child out of its parent's run when their policies differ."""
+    return dg.BackfillPolicy.multi_run(case.partitions.days_per_run)
 
 
 def _watermark(
@@ -422,15 +331,12 @@ def _watermark(
     return partitions_def.time_window_for_partition_key(newest).end.astimezone(dt.UTC)
 
 
-WINDOW_FIELDS = ("start", "validation_start", "test_start", "end")
-
-
 def training_set_config(case: UseCase) -> type[dg.Config]:
     """The `training_set` config of a use case: which days go into the training set and how
     they are split (local calendar days; each bound is the first day of its part, `end` the
     first day after the test part), by default the declared window, and the FeatureService."""
     window = dict(case.window.default) or _latest_window(case)
-    fields: dict[str, Any] = {name: (str, window[name]) for name in WINDOW_FIELDS}
+    fields: dict[str, Any] = {name: (str, window[name]) for name in SPLIT_DAYS}
     fields["feature_service"] = (str, case.feature_service)
     return create_model(
         f"TrainingSetConfig_{case.name}",
@@ -446,7 +352,6 @@ def _latest_window(case: UseCase) -> dict[str, str]:
 
 
 def _training_set(case: UseCase) -> dg.AssetsDefinition:
-    label = case.label
     config_class = training_set_config(case)
 
     @dg.asset(
@@ -460,71 +365,20 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         op_tags=FEATURES_POD,
     )
     def training_set(
-        context: dg.AssetExecutionContext,
         config: config_class,  # type: ignore[valid-type]  # a class built for the use case
         feature_store: FeastFeatureStore,
     ):
         """Labelled entity rows joined point-in-time through the FeatureService, split by
         date."""
-        from ml.dataset import LabelSpec, as_predicted, assemble, labelled_rows, repeated_keys
+        from ml.dataset import LabelSpec
+        from ml.training_set import assemble_training_set, time_split
 
-        feature_store = feature_store.for_use_case(case.name)
-
-        split = _time_split(config, case.timezone)
-        spec = LabelSpec(view=label.view, label=label.column, task=label.task)
+        label = LabelSpec(view=case.label.view, label=case.label.column, task=case.label.task)
+        split = time_split(config.model_dump(), case.timezone)  # type: ignore[attr-defined]
         service = config.feature_service  # type: ignore[attr-defined]
-        outcomes = feature_store.view_rows(
-            spec.view, split.instant(split.start), split.instant(split.end)
-        )
-        entities = as_predicted(outcomes, case.prediction.at, case.timezone)
-        # Rows the label view's key cannot tell apart would be joined to another event's rows.
-        keys, tolerance = feature_store.join_tolerance(spec.view)
-        if (repeated := repeated_keys(entities, spec.view, keys, tolerance)) is not None:
-            raise dg.Failure(description=f"training_set: {repeated}", allow_retries=False)
-        rows, unlabelled = labelled_rows(entities, spec, feature_store.join_keys(service))
-        if rows.empty:
-            raise dg.Failure(
-                description=(
-                    f"training_set: no labelled rows of {spec.view!r} in"
-                    f" [{split.start}, {split.end}) ({unlabelled} unlabelled); materialize the"
-                    " feature tables of those days first"
-                ),
-                allow_retries=False,
-            )
-        joined = feature_store.historical_features(rows, service)
-        feature_columns = feature_store.feature_columns(service)
-        frame, summary = assemble(joined, spec, split, feature_columns, unlabelled)
-        days = frame[spec.event_timestamp].dt.tz_convert(case.timezone).dt.date.nunique()
-        metadata: dict[str, Any] = {
-            "dataset_fingerprint": summary.fingerprint,
-            "feature_service": service,
-            "features": len(feature_columns),
-            "unlabelled_rows_left_out": summary.unlabelled_rows,
-            "window": f"[{split.start}, {split.end})",
-            "days_with_rows": f"{days} of {(split.end - split.start).days}",
-        }
-        for part in summary.rows:
-            metadata[f"rows_{part}"] = summary.rows[part]
-            if label.task == "binary":
-                rate = summary.positive_rate(part)
-                metadata[f"positive_rate_{part}"] = round(rate, 4) if rate is not None else "n/a"
-        if summary.null_features:
-            metadata["null_features"] = dg.MetadataValue.json(summary.null_features)
-        context.add_output_metadata(metadata)
-        return frame
+        store = feature_store.for_use_case(case.name)
+        with refusing("training_set"):
+            built = assemble_training_set(store, label, service, split, case.prediction.at)
+        return dg.Output(built.frame, metadata=dagster_metadata(built.metadata()))
 
     return training_set
-
-
-def _time_split(config: dg.Config, timezone: str):
-    from ml.dataset import TimeSplit
-
-    days = {}
-    for name in WINDOW_FIELDS:
-        try:
-            days[name] = dt.date.fromisoformat(getattr(config, name))
-        except ValueError:
-            raise ValueError(
-                f"training_set config {name}={getattr(config, name)!r} is not YYYY-MM-DD"
-            ) from None
-    return TimeSplit(**days, timezone=timezone)

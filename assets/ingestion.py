@@ -1,70 +1,18 @@
-"""Ingestion: reading a day's drop of an event table, and the dimension tables, as received."""
-
-import dataclasses
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+"""Ingestion: the dimension tables, as received (an event table's days are read by
+`resources.publishing.read_drop`, in the step of `assets.validation`)."""
 
 import dagster as dg
 
 from assets import EXTERNAL_RETRY, asset_key
 from assets.pods import SMALL
-from declare import Dimension, UseCase, partition_day
-from declare.contracts import TableContract
-from resources.contract_frames import typed_empty
-from resources.sources import RawChunks, RawSource, RawTable, SourceError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from declare import Dimension, UseCase
+from resources.sources import RawSource, RawTable, SourceError
 
 INGESTION = "ingestion"
 KINDS = {"pandas", "parquet"}
 
 
-class Refused(Exception):
-    """A day that is not published, and why: the message names its partition, rule and count."""
-
-    def __init__(self, partition_key: str, rule: str, message: str):
-        super().__init__(message)
-        self.partition_key, self.rule = partition_key, rule
-
-
-def read_drop(source: RawSource, contract: TableContract, partition_key: str) -> RawChunks:
-    """The day's drop, handed to the lake a chunk at a time (an empty day typed as its contract
-    says: its `min_rows` decides its fate). Nothing is written unless every chunk is read: the
-    lake keeps the last drop that could be."""
-    day = partition_day(partition_key)
-    try:
-        drop = source.read_day_chunks(
-            contract.table,
-            day,
-            timestamp_columns=contract.timestamp_columns,
-            missing_values=contract.missing_values_by_column,
-        )
-    except SourceError as exc:
-        raise _refused(partition_key, exc) from exc
-
-    def frames() -> "Iterator[pd.DataFrame]":
-        try:
-            for chunk in drop.frames():
-                yield typed_empty(contract, chunk) if drop.rows == 0 else chunk
-        except SourceError as exc:
-            raise _refused(partition_key, exc) from exc
-
-    return dataclasses.replace(drop, frames=frames)
-
-
-def drop_metadata(drop: RawChunks) -> dict[str, Any]:
-    """What a raw partition's materialization records of the drop it was read from."""
-    return {**_lineage(drop), "source_rows": drop.rows}
-
-
-def _refused(partition_key: str, exc: SourceError) -> Refused:
-    return Refused(
-        partition_key, exc.rule, f"partition {partition_key}: rule {exc.rule} failed: {exc}"
-    )
-
-
-def _lineage(table: RawTable | RawChunks) -> dict[str, dg.MetadataValue]:
+def _lineage(table: RawTable) -> dict[str, dg.MetadataValue]:
     """Where a table was read from: the real file and the sha256 of the bytes read."""
     return {
         "source": dg.MetadataValue.url(table.uri),

@@ -259,7 +259,7 @@ def point_in_time(
 def read_days(
     source: "RawSource", contract: "TableContract", days: list[dt.date]
 ) -> dict[dt.date, "pd.DataFrame"]:
-    """Each day's drop, as `make run` reads it (`assets.ingestion.read_drop`)."""
+    """Each day's drop, as `make run` reads it (`resources.publishing.read_drop`)."""
     frames = {}
     for day in days:
         drop = source.read_day_chunks(

@@ -196,6 +196,20 @@ class FeatureTableSpec:
     inputs: Mapping[str, FeatureInput]
     build_days: "Callable[..., FeatureTable] | None" = None
 
+    def reach(self) -> dict[str, tuple[int, bool]]:
+        """For each event table the table reads: how many days before the day it reads back,
+        and whether it reads the day itself."""
+        reach: dict[str, tuple[int, bool]] = {}
+        for source in self.inputs.values():
+            if isinstance(source, Lookup):
+                continue
+            days, today = reach.get(source.table, (0, False))
+            if isinstance(source, Trailing):
+                reach[source.table] = (max(days, source.days), today)
+            else:
+                reach[source.table] = (days, True)
+        return reach
+
 
 @dataclass(frozen=True)
 class Label:

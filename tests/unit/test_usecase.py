@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from assets import asset_key
-from assets.features import table_arguments, table_inputs
+from assets.features import table_inputs
 from declare import (
     Day,
     DeclarationError,
@@ -21,6 +21,7 @@ from declare import (
     Trailing,
     UseCase,
 )
+from ml.feature_days import FeatureInputs, day_arguments
 from resources.lake import LakePartitions, LakeTable
 from usecases import USE_CASES
 from usecases.flights import USE_CASE as FLIGHTS
@@ -188,8 +189,8 @@ def test_the_day_and_a_trailing_window_of_one_table_are_one_input_split_as_decla
     assert (window.start_offset, window.end_offset) == (-3, 0)  # type: ignore[union-attr]
 
     tables = day_files(tmp_path, 4)  # three days before, then the day itself
-    arguments, read = table_arguments(
-        spec, {"flights_published": LakePartitions(tuple(tables)), "planes": "the planes"}
+    arguments, read = day_arguments(
+        spec, FeatureInputs({"flights": LakePartitions(tuple(tables))}, {"planes": "the planes"})
     )
     assert pd.concat(arguments["today"])["day"].tolist() == [3]
     assert pd.concat(arguments["before"]).to_dict("list") == {"day": [0, 1, 2]}
@@ -202,7 +203,9 @@ def test_a_trailing_window_alone_ends_the_day_before(tmp_path: Path):
     window = table_inputs(FLIGHTS, spec)["flights_published"].partition_mapping
     assert (window.start_offset, window.end_offset) == (-2, -1)  # type: ignore[union-attr]
     tables = day_files(tmp_path, 1)  # the first days of the data: a shorter window
-    arguments, read = table_arguments(spec, {"flights_published": LakePartitions(tuple(tables))})
+    arguments, read = day_arguments(
+        spec, FeatureInputs({"flights": LakePartitions(tuple(tables))}, {})
+    )
     assert pd.concat(arguments["before"])["day"].tolist() == [0]
     assert read == {"before_days_loaded": 1}
 
