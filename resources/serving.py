@@ -13,22 +13,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from ml.served import DATA_THROUGH_TAG, LINES_FILE, METRICS_FILE, MODEL_FILE, REFERENCE_FILE
 from resources.registry import CHAMPION, MlflowRegistry, ModelVersion, RegistryError
 
 if TYPE_CHECKING:
     from ml.drift import NaturalLines
     from ml.predict import Scorer
-
-MODEL_FILE = "model.onnx"
-"""The served graph's artifact name in a registered version."""
-DATA_THROUGH_TAG = "data_through"
-"""Version tag: the last day of the training data (YYYY-MM-DD, data timezone)."""
-REFERENCE_FILE = "drift_reference.parquet"
-"""Training rows and the served graph's scores for them: what drift is measured against."""
-METRICS_FILE = "metrics.json"
-"""The version's metrics on its test split (overall, per slice, calibration)."""
-LINES_FILE = "drift_lines.json"
-"""Each column's drift lines measured on the training period (`ml.drift.natural_lines`)."""
 
 
 @dataclass(frozen=True)

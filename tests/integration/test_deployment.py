@@ -133,7 +133,7 @@ def test_the_champion_scores_a_day_and_a_rerun_replaces_it(world: World):
 def test_an_onnx_graph_that_differs_from_torch_is_never_registered(world: World, monkeypatch):
     import onnx
 
-    from ml import export
+    from ml import deploy, export
 
     original = export.export
 
@@ -147,7 +147,7 @@ def test_an_onnx_graph_that_differs_from_torch_is_never_registered(world: World,
         onnx.save(graph, path)
         return dataclasses.replace(done, sha256=_sha256(Path(path)))
 
-    monkeypatch.setattr(export, "export", perturbed)
+    monkeypatch.setattr(deploy, "export", perturbed)  # as onnx_model's service calls it
     result = world.run("train_model", ops={"model_evaluation": {"config": LENIENT}}, assets=SERVING)
     assert not checks(result)["onnx_parity"].passed
     assert "registered_model" not in materialized(result)

@@ -1,15 +1,17 @@
-"""The cross-run guard of `registered_model`: what it reads from the recorded decisions, and every
-reason it refuses a model, whichever run produced them."""
+"""The cross-run guard of `registered_model` (`ml.deploy.promotion_refusal`, `check_promotion`):
+what it reads from the recorded decisions, every reason it refuses a model, whichever run produced
+them, and when the champion already is the model."""
 
 import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from assets.deployment import OnnxModel, promotion_refusal
 from declare.gate import GatePolicy
+from ml.deploy import OnnxModel, RegistrationRefused, check_promotion, promotion_refusal
 from ml.evaluate import ModelEvaluation
 from ml.gate import decide
 from ml.metrics import evaluate
@@ -95,3 +97,37 @@ def test_a_champion_that_moved_since_the_evaluation_is_refused(onnx_file):
     assert promotion_refusal(judged_against_v1, onnx_file, champion_now="1") is None
     refusal = promotion_refusal(judged_against_v1, onnx_file, champion_now="2")
     assert refusal is not None and "evaluate again" in refusal
+
+
+@dataclass(frozen=True)
+class Version:
+    """A registered version as the registry describes it (`ml.deploy.RegisteredVersion`)."""
+
+    version: str
+    tags: dict[str, str]
+    name: str = "flight_delay"
+    source: str = "file:///mlflow/model"
+    files: dict[str, str] = field(default_factory=lambda: {"model.onnx": "cd" * 32})
+    link: str = "http://mlflow/models/flight_delay/versions/1"
+
+
+def test_registration_refuses_what_the_guard_refuses_and_says_it_was_not_promoted(onnx_file):
+    rejected = evaluation(np.full(2_000, 0.3))
+    with pytest.raises(RegistrationRefused, match=r"^not promoted: the gate rejected it"):
+        check_promotion(rejected, onnx_file, champion=None)
+    judged_against_v1 = evaluation(np.linspace(0.01, 0.99, 2_000), champion_version="1")
+    with pytest.raises(RegistrationRefused, match="evaluate again"):
+        check_promotion(judged_against_v1, onnx_file, Version("2", {}))
+
+
+def test_the_champions_own_weights_register_nothing_and_other_weights_a_new_version(
+    onnx_file,
+):
+    judged_against_v1 = evaluation(np.linspace(0.01, 0.99, 2_000), champion_version="1")
+    same = check_promotion(judged_against_v1, onnx_file, Version("1", {"weights_sha256": WEIGHTS}))
+    assert same is not None and same.unchanged
+    assert (same.version, same.previous_champion, same.sha256) == ("1", "1", "cd" * 32)
+    other = Version("1", {"weights_sha256": "b" * 64})
+    assert check_promotion(judged_against_v1, onnx_file, other) is None
+    first = evaluation(np.linspace(0.01, 0.99, 2_000))  # no champion yet
+    assert check_promotion(first, onnx_file, champion=None) is None
