@@ -27,7 +27,7 @@ from ml.results import TrainedRun, Unrounded
 from ml.train import Ranks, load_trained, train
 from tests.unit.test_promotion_guard import evaluation
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 @dataclasses.dataclass(frozen=True)
