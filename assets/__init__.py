@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from ml.results import CheckOutcome, FilePath, Link, Markdown, Refused, image
+from ml.results import CheckOutcome, FilePath, Link, Markdown, Refused, Unrounded, image
 
 if TYPE_CHECKING:
     from declare import UseCase
@@ -86,7 +86,8 @@ def result_type(path: str) -> ResultType:
 def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata an `ml/` result describes itself with (`result.metadata()`), as Dagster shows
     it: `ml.results.Markdown` as Markdown, `Link` as a URL, `FilePath` as a path, mappings and
-    lists as JSON, floats rounded (`figure`); text and whole numbers as they are."""
+    lists as JSON, floats rounded (`figure`) unless `Unrounded`; text and whole numbers as they
+    are."""
     shown: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, Markdown):
@@ -97,6 +98,8 @@ def dagster_metadata(values: Mapping[str, Any]) -> dict[str, Any]:
             shown[key] = dg.MetadataValue.path(str(value))
         elif isinstance(value, Mapping | list | tuple):
             shown[key] = dg.MetadataValue.json(value)
+        elif isinstance(value, Unrounded):
+            shown[key] = float(value)
         elif isinstance(value, float):
             shown[key] = figure(value)
         else:

@@ -19,7 +19,6 @@ from pydantic import Field
 
 from assets import EXTERNAL_RETRY, asset_key, daily_partitions, figure, markdown_image
 from assets.config import config_class
-from assets.inference import feature_chunks
 from assets.pods import EVALUATION as EVALUATION_POD
 from declare import DecayPolicy, DriftSettings, UseCase
 from resources.feature_store import FeastFeatureStore
@@ -145,6 +144,7 @@ def _feature_drift(case: UseCase) -> dg.AssetsDefinition:
         from ml.dataset import as_predicted
         from ml.drift import SCORE, DriftThresholds, compare
         from ml.plots import drift_bars
+        from ml.score import feature_chunks
 
         day = context.partition_key
         settings = _drift_settings(case, config)
