@@ -5,25 +5,28 @@ was published ahead of it (`Prediction.entities`; without one, from the label vi
 keys and timestamps only), their features from Feast through the FeatureService the champion
 was trained on, as of the prediction instant, in chunks; each chunk is scored and appended to a
 temporary Parquet file that replaces the partition's file only when every row is written. A
-re-run replaces the day, a killed run leaves the previous file. The logic is in `ml/predict.py`.
+re-run replaces the day, a killed run leaves the previous file. The work is `ml.score`'s
+(`day_entities`, `score_day`); Feast, the lake and the instance are reached through this module's
+`LakeDays` and `InstanceDays` and the Feast resource.
 """
 
-import datetime as dt
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
 
-from assets import EXTERNAL_RETRY, asset_key, daily_partitions
+from assets import EXTERNAL_RETRY, asset_key, dagster_metadata, daily_partitions, refusing
 from assets.pods import EVALUATION as EVALUATION_POD
 from declare import UseCase
+from ml.results import FilePath
 from resources.feature_store import FeastFeatureStore
-from resources.lake import LakeFiles, ParquetLake
-from resources.serving import ModelServing
+from resources.lake import LakeFiles, LakePath, LakeTable, ParquetLake
+from resources.serving import DATA_THROUGH_TAG, ModelServing, ServedModel
 
 if TYPE_CHECKING:
-    import pandas as pd
+    from ml.score import ServedVersion
 
 INFERENCE = "inference"
 
@@ -38,10 +41,8 @@ def inference_assets(case: UseCase) -> list[dg.AssetsDefinition]:
     return [_batch_predictions(case)]
 
 
-def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
-    model_name = case.registered_model
-
-    @dg.asset(
+def _predictions_step(case: UseCase):
+    return dg.asset(
         key=asset_key(case, "batch_predictions"),
         partitions_def=daily_partitions(case),
         deps=[asset_key(case, "registered_model"), *_feature_deps(case)],
@@ -54,6 +55,10 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
         retry_policy=EXTERNAL_RETRY,
         op_tags=EVALUATION_POD,
     )
+
+
+def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
+    @_predictions_step(case)
     def batch_predictions(
         context: dg.AssetExecutionContext,
         config: BatchPredictionsConfig,
@@ -63,76 +68,44 @@ def _batch_predictions(case: UseCase) -> dg.AssetsDefinition:
     ):
         """The champion's prediction for each entity row of the day (the entities table's rows,
         or the label view's), with its version."""
-        from ml.dataset import as_predicted
-        from ml.predict import score_to_parquet
+        from ml.score import day_entities, score_day
 
-        served = serving.champion(model_name)
-        if served is None:
+        day, name = context.partition_key, case.registered_model
+        if (champion := serving.champion(name)) is None:
             context.log.info(  # expected before the first champion
-                f"batch_predictions {context.partition_key}: no champion of {model_name} yet,"
-                " nothing scored; run the `retrain` job until a model passes the gate"
+                f"batch_predictions {day}: no champion of {name} yet, nothing scored;"
+                " run the `retrain` job until a model passes the gate"
             )
             return
-        properties = served.scorer.properties
-        binary, output = served.scorer.task.name == "binary", served.scorer.task.output
-        service = properties["feature_service"]
-        feature_store = feature_store.for_use_case(case.name)
-        keys = [*feature_store.join_keys(service), "event_timestamp"]
-        rows = _entity_rows(context, case, feature_store, lake_files, keys)
-        # Predicted at the day's start, from what was known then (as the model was trained).
-        entities = (
-            as_predicted(rows[keys], case.prediction.at, case.timezone)
-            .sort_values(keys)
-            .reset_index(drop=True)
-        )
+        served, store = served_version(champion), feature_store.for_use_case(case.name)
+        tables = InstanceDays(case, lake_files, context.instance)
+        with refusing(f"batch_predictions {day}"):
+            entities = day_entities(
+                case, day, context.partition_time_window, served.feature_service, store, tables
+            )
         if entities.empty:
             # A day without events (its tables published empty): nothing to score, no file.
             yield dg.MaterializeResult(
                 metadata={"dagster/row_count": 0, "model": served.label, "path": "none"}
             )
             return
-        # The declared slices' columns ride along, for realized performance to cut by.
-        served_columns = set(feature_store.feature_columns(service))
-        slices = [s.column for s in case.slices if s.column in served_columns]
-        path = lake_files.path_for(context.asset_key, context.partition_key)
+        path = lake_files.path_for(context.asset_key, day)
         with lake_files.local_target(path) as target:
-            summary = score_to_parquet(
-                served.scorer,
-                feature_chunks(feature_store, entities, service, config.chunk_rows),
-                target,
-                keep=[*keys, *dict.fromkeys(slices)],
-                constants={
-                    "model_name": served.version.name,
-                    "model_version": served.version.version,
-                    "predicted_at": dt.datetime.now(dt.UTC),
-                },
-                threshold=float(properties["threshold"]) if binary else None,
-            )
-        yield dg.MaterializeResult(
-            metadata={
-                "dagster/row_count": summary.rows,
-                "model": served.label,
-                "model_sha256": served.version.sha256,
-                "feature_service": service,
-                "rows_with_missing_features": summary.incomplete_rows,
-                "missing_features_treatment": (
-                    "scored as trained: a missing number is its training mean plus a missing flag,"
-                    " a missing or unseen category the reserved unknown index"
-                ),
-                "missing_by_feature": dg.MetadataValue.json(summary.missing_by_feature),
-                **({"predicted_positive": summary.positive_predictions} if binary else {}),
-                f"mean_{output}": summary.mean,
-                f"{output}_quantiles": dg.MetadataValue.json(summary.quantiles),
-                f"{output}_histogram": dg.MetadataValue.md(
-                    _histogram(output, summary.histogram, summary.histogram_edges)
-                ),
-                "rows_per_s": summary.rows_per_s,
-                "path": dg.MetadataValue.path(str(path)),
-            },
-            data_version=dg.DataVersion(_sha256(path)),
+            scores = score_day(served, entities, case.slices, store, target, config.chunk_rows)
+        yield file_materialization(
+            {"dagster/row_count": scores.summary.rows, **scores.metadata()}, path
         )
 
     return batch_predictions
+
+
+def served_version(served: ServedModel) -> "ServedVersion":
+    """The registered version `served`, as `ml.score` and `ml.monitor` take it."""
+    from ml.score import ServedVersion
+
+    version = served.version
+    data_through = version.tags.get(DATA_THROUGH_TAG, "")
+    return ServedVersion(version.name, version.version, version.sha256, data_through, served.scorer)
 
 
 def _feature_deps(case: UseCase) -> list[dg.AssetDep]:
@@ -154,70 +127,37 @@ def _feature_deps(case: UseCase) -> list[dg.AssetDep]:
     ]
 
 
-def _entity_rows(
-    context: dg.AssetExecutionContext,
-    case: UseCase,
-    feature_store: FeastFeatureStore,
-    lake_files: LakeFiles,
-    keys: list[str],
-) -> "pd.DataFrame":
-    """The day's entity rows, with `keys`: the rows of the declared entities table (built
-    before the day), or else the label view's rows (the day's events, once published)."""
-    import pandas as pd
+@dataclass(frozen=True)
+class LakeDays:
+    """A use case's lake tables by asset name, a partition at a time: how the `ml/` services
+    read stored days (`ml.score.DayTables`)."""
 
-    partition = context.partition_key
-    table = case.prediction.entities
-    if table is None:
-        window = context.partition_time_window
-        rows = feature_store.view_rows(
-            case.label.view, window.start.astimezone(dt.UTC), window.end.astimezone(dt.UTC)
-        )
-        if rows.empty:
-            labels = context.instance.get_materialized_partitions(asset_key(case, case.label.table))
-            if partition not in labels:
-                raise dg.Failure(
-                    f"batch_predictions {partition}: {case.label.view!r} has no rows that day;"
-                    " materialize the day's feature tables first",
-                    allow_retries=False,
-                )
-        return rows
-    try:
-        stored = ParquetLake(root=lake_files.root).table(asset_key(case, table), partition)
-    except FileNotFoundError as error:
-        raise dg.Failure(
-            f"batch_predictions {partition}: the entities to predict are the rows of {table},"
-            f" whose day is not built: {error}; materialize it first (`predict_day`)",
-            allow_retries=False,
-        ) from None
-    missing = [key for key in keys if key not in stored.columns]
-    if missing:
-        raise dg.Failure(
-            f"batch_predictions {partition}: {table} lacks the columns {missing} the feature"
-            " service joins on; its rows cannot be the entities to predict",
-            allow_retries=False,
-        )
-    return pd.concat(list(stored.frames(columns=keys)), ignore_index=True)
+    case: UseCase
+    lake_files: LakeFiles
+
+    def table(self, name: str, partition: str) -> LakeTable:
+        return ParquetLake(root=self.lake_files.root).table(asset_key(self.case, name), partition)
 
 
-def feature_chunks(
-    store: FeastFeatureStore, entities: "pd.DataFrame", service: str, chunk_rows: int
-) -> Iterator["pd.DataFrame"]:
-    """The service's features for the entity rows, one chunk at a time (bounded memory)."""
-    for start in range(0, len(entities), chunk_rows):
-        yield store.historical_features(entities.iloc[start : start + chunk_rows], service)
+@dataclass(frozen=True)
+class InstanceDays(LakeDays):
+    """`LakeDays` that also say which partitions the Dagster instance has materialized
+    (`ml.score.EntityTables`)."""
+
+    instance: dg.DagsterInstance
+
+    def materialized(self, name: str, partition: str) -> bool:
+        return partition in self.instance.get_materialized_partitions(asset_key(self.case, name))
 
 
-def _histogram(output: str, counts: list[int], edges: list[float]) -> str:
-    """Counts of the scores in the summary's bins, as a Markdown bar table."""
-    peak = max(counts, default=0) or 1
-    rows = [
-        f"| {low:.3g}-{high:.3g} | {n} | {'█' * round(20 * n / peak)} |"
-        for low, high, n in zip(edges, edges[1:], counts, strict=False)
-    ]
-    return f"| {output} | rows | |\n|---|---|---|\n" + "\n".join(rows)
+def file_materialization(metadata: Mapping[str, Any], path: LakePath) -> dg.MaterializeResult:
+    """The materialization of a lake file a step wrote itself: the result's `metadata` and the
+    file's path, and the hash of its bytes as the data version."""
+    shown = dagster_metadata({**metadata, "path": FilePath(str(path))})
+    return dg.MaterializeResult(metadata=shown, data_version=dg.DataVersion(_sha256(path)))
 
 
-def _sha256(path) -> str:
+def _sha256(path: LakePath) -> str:
     import hashlib
 
     digest = hashlib.sha256()

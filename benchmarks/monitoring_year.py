@@ -101,13 +101,12 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
     """Per month: the drift and realized-performance figures of its scored days."""
     import pandas as pd
 
-    from assets import asset_key
-    from assets.monitoring import predicted_outcomes
+    from assets.inference import LakeDays
+    from ml.monitor import predicted_outcomes
     from ml.realized import measured
-    from resources.lake import LakeFiles, ParquetLake
+    from resources.lake import LakeFiles
 
-    lake_files = LakeFiles(root=str(home / "lake"))
-    lake = ParquetLake(root=lake_files.root)
+    tables = LakeDays(case, LakeFiles(root=str(home / "lake")))
     policy = case.realized.for_task(case.label.task)
     output = "probability" if case.label.task == "binary" else "prediction"
     by_month: dict[str, list[str]] = defaultdict(list)
@@ -120,15 +119,7 @@ def month_table(case, days: list[str], scored: dict[str, dict], home: Path) -> l
         joined = [
             frame
             for d in its_days
-            if (
-                frame := predicted_outcomes(
-                    lake,
-                    lake_files,
-                    asset_key(case, "batch_predictions"),
-                    case,
-                    dt.date.fromisoformat(d),
-                )
-            )
+            if (frame := predicted_outcomes(tables, case.label, dt.date.fromisoformat(d)))
             is not None
         ]
         rows = pd.concat(joined, ignore_index=True) if joined else pd.DataFrame()

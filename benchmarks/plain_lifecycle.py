@@ -28,7 +28,8 @@ The same stages on the same data, with the project's own functions where `make r
 - export and parity: `ml.export.export` and `ml.export.parity` on the test split, then the drift
   reference (a seeded sample of the train split scored by the ONNX file);
 - score: each test day's rows scored by onnxruntime into Parquet (`ml.predict.score_to_parquet`);
-- drift: each test day's trailing week scored and compared with the reference (`ml.drift`).
+- drift: each test day's trailing week scored and compared with the reference (`ml.drift`, by
+  the lines `ml.monitor.drift_thresholds` sets).
 
 It prints one JSON line: `seconds` (wall time from the interpreter's start, as `make run`'s is
 measured), `peak_rss_mib` (VmHWM), `fingerprint` (12 hex digits), `stages` (seconds each) and
@@ -536,19 +537,11 @@ def run(
         rows["scored"] = scored
 
     with stages("drift"):
-        from ml.drift import DriftThresholds, compare
+        from ml.drift import compare
+        from ml.monitor import drift_thresholds
 
         declared = case.drift
-        thresholds = DriftThresholds(
-            psi_warn=declared.psi_warn,
-            psi_fail=declared.psi_fail,
-            ks_warn=declared.ks_warn,
-            ks_fail=declared.ks_fail,
-            min_rows=declared.min_rows,
-            calendar=declared.calendar,
-        )
-        if lines is not None and declared.lines == "natural":
-            thresholds = thresholds.with_columns(lines.columns)
+        thresholds = drift_thresholds(declared, lines)
         psi = {}
         for day in test_days:
             current = point_in_time(

@@ -56,8 +56,8 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 from dagster._core.definitions.events import AssetKeyPartitionKey
 
 from assets import asset_key, daily_partitions
-from assets.monitoring import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
 from declare import UseCase, partition_day
+from ml.monitor_keys import CHAMPION_DATA_THROUGH, CHAMPION_VERSION, DECAY_EVENT, DRIFT_EVENT
 from pipelines.jobs import (
     RANGE_END_TAG,
     RANGE_START_TAG,
