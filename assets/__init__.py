@@ -72,7 +72,7 @@ class ResultType(dg.DagsterType):
         kind = self.python_type()
         if hasattr(kind, "from_document"):
             return kind.from_document(document)
-        from resources.lake import from_document
+        from resources.documents import from_document
 
         return from_document(kind, document)
 

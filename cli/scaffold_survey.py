@@ -15,7 +15,7 @@ from typing import Literal
 import pandas as pd
 
 from declare import TASKS, TrainingWindow
-from resources.sources import UTC_OFFSET
+from resources.timestamps import UTC_OFFSET
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The project folder (the default `--root`)."""

@@ -40,11 +40,12 @@ from pipelines.sensors import (
     build_range_sensor,
 )
 from pipelines.settings import REPO_ROOT, Settings
+from resources.documents import JsonDocuments
 from resources.expectations import GreatExpectations
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
 from resources.k8s_manifests import KubernetesLauncher
 from resources.kubernetes import K8sMultiNode, K8sPod
-from resources.lake import JsonDocuments, LakeFiles, LakePaths, ParquetLake
+from resources.lake import LakeFiles, LakePaths, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry
 from resources.serving import ModelServing

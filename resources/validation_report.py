@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from declare.contracts import TableContract
 from resources.gx_suites import COLUMN_SET, RULE_KEY
-from resources.sources import UTC_OFFSET
+from resources.timestamps import UTC_OFFSET
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,9 +12,9 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from resources.documents import JsonDocuments
 from resources.lake import (
     Chunks,
-    JsonDocuments,
     LakeFiles,
     LakePartitions,
     LakePaths,

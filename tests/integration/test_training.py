@@ -194,7 +194,8 @@ def materialize_trained_model(
     import dagster as dg
 
     from assets.training import training_assets
-    from resources.lake import JsonDocuments, LakePaths, ParquetLake
+    from resources.documents import JsonDocuments
+    from resources.lake import LakePaths, ParquetLake
     from resources.launchers import LocalTorchrun
     from resources.registry import local_registry
     from usecases.flights import USE_CASE as FLIGHTS

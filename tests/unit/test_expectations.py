@@ -12,7 +12,7 @@ from resources import expectations
 from resources.contract_frames import StorageError, as_stored
 from resources.expectations import GreatExpectations
 from resources.gx_screening import DayFrame
-from resources.sources import parse_timestamps
+from resources.timestamps import parse_timestamps
 from resources.validation_report import RuleResult, ValidationReport
 from tests.conftest import DAY_WINDOW, GOOD_DAY, bundled_day
 from usecases.flights.contracts import FLIGHTS, WEATHER

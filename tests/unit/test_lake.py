@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from upath import UPath
 
+from resources.documents import JsonDocuments
 from resources.lake import (
-    JsonDocuments,
     LakeFiles,
     LakePathError,
     LakePaths,

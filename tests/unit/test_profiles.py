@@ -19,9 +19,10 @@ from pipelines.definitions import (
     production_resources,
 )
 from pipelines.settings import Settings
+from resources.documents import JsonDocuments
 from resources.feature_store import Services, local_folder
 from resources.kubernetes import K8sMultiNode, K8sPod
-from resources.lake import JsonDocuments, LakeFiles, ParquetLake
+from resources.lake import LakeFiles, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
 
 pytestmark = pytest.mark.unit

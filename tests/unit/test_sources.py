@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from resources import sources
-from resources.sources import DropFolderSource, SourceError, parse_timestamps
+from resources.sources import DropFolderSource, SourceError
+from resources.timestamps import parse_timestamps
 from tests.conftest import GOOD_DAY, aged, append_during_read, bundled_day, write_csv_drop
 from usecases.flights.contracts import FLIGHTS, WEATHER
 from usecases.flights.source import BundledFlightsSource, bundled_frame, bundled_path

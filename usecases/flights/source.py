@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resources.sources import RawSource, RawTable, SourceError, checked_table_name, parse_timestamps
+from resources.sources import RawSource, RawTable, SourceError, checked_table_name
+from resources.timestamps import parse_timestamps
 from usecases.flights.contracts import OUTCOME_COLUMNS
 
 if TYPE_CHECKING:

@@ -5,7 +5,8 @@ loading the code location stays cheap."""
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from resources.sources import RawSource, RawTable, parse_timestamps
+from resources.sources import RawSource, RawTable
+from resources.timestamps import parse_timestamps
 
 
 class BundledRidershipSource(RawSource):
