@@ -31,7 +31,7 @@ from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
-from tests.world import GOOD, HISTORY, WINDOW, WINTER, World, fixed_layout, make_drops
+from tests.world import GOOD, HISTORY, WINDOW, WINTER, World, fixed_layout, make_drops, opened
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = ("127.0.0.1", 5432)
@@ -172,7 +172,7 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         resources["launcher"] = fixed_layout(launcher)
         registry = resources["mlflow"]
         assert isinstance(registry, MlflowRegistry)
-        with instance:
+        with opened(instance):
             prod = ProductionWorld(
                 definitions(resources),
                 instance,

@@ -9,6 +9,7 @@ Tests that change the world say how in their docstring; none may leave the champ
 drift reference or remove a partition.
 """
 
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -60,6 +61,18 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
 # Eight days are too few for the production floor; the tests are about mechanics, not accuracy.
 LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
+
+
+@contextlib.contextmanager
+def opened(instance: dg.DagsterInstance) -> Iterator[dg.DagsterInstance]:
+    """`instance`, disposed when the block ends. Not entered as a context manager: that makes it
+    the current definitions-state storage (a context variable) for as long as it is open, and a
+    session-scoped world would then be what every later test in its process loads Definitions
+    against, a unit test's included."""
+    try:
+        yield instance
+    finally:
+        instance.dispose()
 
 
 @dataclass
@@ -168,7 +181,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     assert isinstance(registry, MlflowRegistry)
     (home / "dagster_home").mkdir()
     shutil.copyfile(REPO / "deploy" / "dagster.local.yaml", home / "dagster_home" / "dagster.yaml")
-    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+    with opened(dg.DagsterInstance.from_config(str(home / "dagster_home"))) as instance:
         world = World(definitions(resources), instance, registry, home, drops)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")

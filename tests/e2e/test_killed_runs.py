@@ -40,7 +40,7 @@ from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
 from tests.conftest import CASE, lake_file, node
-from tests.world import LENIENT, QUIET, REPO, make_drops
+from tests.world import LENIENT, QUIET, REPO, make_drops, opened
 
 # Each test runs a chain of lifecycle runs, several in fresh processes (the module's world is
 # built in the first test's setup): far past the suite's 300 s per test on a busy machine.
@@ -248,7 +248,7 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mini]:
     resources["launcher"] = LocalTorchrun(output_root=str(home / "models"), processes=2)
     registry = resources["mlflow"]
     assert isinstance(registry, MlflowRegistry)
-    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+    with opened(dg.DagsterInstance.from_config(str(home / "dagster_home"))) as instance:
         mini = Mini(home, drops, definitions(resources), instance, registry)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "The `__fields__` attribute is deprecated")
