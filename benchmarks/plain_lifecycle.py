@@ -479,7 +479,7 @@ def run(
         )
 
     with stages("parity"):
-        from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
+        from ml.drift import SCORE, declared_lines, reference_sample
         from ml.export import parity
         from ml.predict import Scorer
 
@@ -492,16 +492,12 @@ def run(
         sample = reference_sample(features)
         reference = sample.assign(**{SCORE: scorer.predict(sample)})
         declared = case.drift
-        lines = natural_lines(
+        lines = declared_lines(
             features.assign(**{SCORE: scorer.predict(features)}),
             training_set[EVENT_TIMESTAMP].dt.tz_convert(case.timezone).dt.date,
             scorer.numeric_features,
             scorer.categorical_features,
-            window_days=declared.window_days,
-            floor=ColumnLines(
-                declared.psi_warn, declared.psi_fail, declared.ks_warn, declared.ks_fail
-            ),
-            rule=declared.line_rule(),
+            declared,
         )
 
     test_days = [d for d in window if d >= split.test_start]

@@ -300,7 +300,7 @@ def _drift_files(
     import pyarrow.parquet as pq
 
     from ml.dataset import LabelSpec
-    from ml.drift import SCORE, ColumnLines, natural_lines, reference_sample
+    from ml.drift import SCORE, declared_lines, reference_sample
     from ml.predict import Scorer
 
     scorer = Scorer.load(served)
@@ -309,14 +309,12 @@ def _drift_files(
     reference = served.with_name(REFERENCE_FILE)
     with atomic_write(reference, permissions=permissions) as tmp:
         pq.write_table(pa.Table.from_pandas(reference_sample(scored), preserve_index=False), tmp)
-    measured = natural_lines(
+    measured = declared_lines(
         scored,
         window[LabelSpec.event_timestamp].dt.tz_convert(timezone).dt.date,
         scorer.numeric_features,
         scorer.categorical_features,
-        window_days=drift.window_days,
-        floor=ColumnLines(drift.psi_warn, drift.psi_fail, drift.ks_warn, drift.ks_fail),
-        rule=drift.line_rule(),
+        drift,
     )
     if measured is None:
         return reference, None

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from declare.policies import DEFAULT_RULE, LineRule
+from declare.policies import DEFAULT_RULE, DriftSettings, LineRule
 
 SCORE = "probability"
 """The reference's and the day's column with the model's score (its output, whatever the task:
@@ -352,6 +352,21 @@ def rule_lines(
         mean, deviation = float(values.mean()), float(values.std())
         warn, fail = mean + rule.warn * deviation, mean + rule.fail * deviation
     return max(floor[0], float(warn)), max(floor[1], float(fail))
+
+
+def declared_lines(
+    frame: pd.DataFrame,
+    days: pd.Series,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    settings: DriftSettings,
+) -> "NaturalLines | None":
+    """`natural_lines` as a use case's drift settings ask: over its window, by its rule, never
+    below its absolute lines."""
+    floor = ColumnLines(settings.psi_warn, settings.psi_fail, settings.ks_warn, settings.ks_fail)
+    return natural_lines(
+        frame, days, numeric, categorical, settings.window_days, floor, settings.line_rule()
+    )
 
 
 def natural_lines(
