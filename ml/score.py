@@ -17,12 +17,17 @@ from typing import Any, Protocol
 import pandas as pd
 
 from declare import Slice, UseCase
+from ml import holds
 from ml.dataset import as_predicted
 from ml.predict import Scorer, ScoreSummary, score_to_parquet
 from ml.results import Markdown, Refused, Unrounded
 from ml.task import BINARY
 
 EVENT_TIMESTAMP = "event_timestamp"
+HOLD_IN_SCORING = "ML_LIFECYCLE_HOLD_IN_SCORING"
+"""For tests that stop or kill a day's scoring mid-way: a file path. Once the day's entities are
+read and its model loaded, the scoring holds there (`ml.holds`), in the step's own thread: a
+stop reaches it at once (the chunks are read and written in threads of their own)."""
 MISSING_TREATMENT = (
     "scored as trained: a missing number is its training mean plus a missing flag,"
     " a missing or unseen category the reserved unknown index"
@@ -192,6 +197,7 @@ def score_day(
     served_columns = set(store.feature_columns(service))
     kept = [s.column for s in slices if s.column in served_columns]
     threshold = served.scorer.properties["threshold"] if served.scorer.task == BINARY else None
+    holds.hold(HOLD_IN_SCORING)
     summary = score_to_parquet(
         served.scorer,
         feature_chunks(store, entities, service, chunk_rows),

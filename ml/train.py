@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,7 +36,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
-from ml import checkpoint
+from ml import checkpoint, holds
 from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
@@ -59,9 +58,9 @@ PIPES_CONTEXT = "DAGSTER_PIPES_CONTEXT"
 """Set by a Dagster Pipes client in the environment of the process it launches."""
 HOLD_AFTER_CHECKPOINT = "ML_LIFECYCLE_HOLD_AFTER_CHECKPOINT"
 """For tests that act on a training mid-way, however fast the machine: a file path. Once rank 0
-has committed its first checkpoint (and reported the epochs before it), it creates the file and
-the job waits until the file is removed, or the job killed; the other ranks wait in a collective,
-which gives up after `process_group_timeout_s`."""
+has committed its first checkpoint (and reported the epochs before it), it holds there
+(`ml.holds`); the other ranks wait in a collective, which gives up after
+`process_group_timeout_s`."""
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """A loss of (fp32 network outputs, labels as `Preprocessor.transform` makes them)."""
@@ -186,8 +185,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         if ranks.is_main:
             state = checkpoint_state(optimizer, scheduler, best_weights, history, ranks.device)
             checkpoint.save(root, next_position, model.state_dict(), state)
-            if (held := os.environ.get(HOLD_AFTER_CHECKPOINT)) and not _held.is_set():
-                _hold(Path(held))
+            holds.hold(HOLD_AFTER_CHECKPOINT)
         if ranks.world_size > 1:
             dist.barrier()
 
@@ -508,19 +506,6 @@ def main(argv: list[str] | None = None) -> int:
         if pipes is not None:
             pipes.report_asset_materialization(metadata=_metadata(result, config.output_dir))
     return 0
-
-
-_held = threading.Event()
-
-
-def _hold(marker: Path) -> None:
-    """`HOLD_AFTER_CHECKPOINT`: say that a checkpoint is committed, then wait until told to go
-    on; once a process."""
-    log.warning("holding (%s=%s) until the file is removed", HOLD_AFTER_CHECKPOINT, marker)
-    marker.touch()
-    while marker.exists():
-        time.sleep(0.05)
-    _held.set()
 
 
 @contextmanager

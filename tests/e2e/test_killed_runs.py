@@ -3,8 +3,8 @@
 A small world of its own (the first four days of 2013, which need no history lead-in). Each
 stage's run is started in a process of its own (`tests/e2e/run_job.py`, which runs a job as
 `make run` does), and its whole process group is SIGKILLed once the stage is seen to have
-started: its step's STEP_START in the instance, or for training a committed checkpoint (after
-which training holds, `ml.train.HOLD_AFTER_CHECKPOINT`, until it is killed). Then the
+started: its step's STEP_START in the instance, or for training a committed checkpoint and for
+scoring its start (after which each holds, `ml.holds`, until it is killed). Then the
 work runs again in a new process, as the next `make run` would: the dead run is found, marked
 failed and its pool slots freed, and the rerun completes. A rerun is itself killed at the next
 stage where it can be, so the stages form chains: ingestion → feature materialization; training
@@ -32,6 +32,7 @@ import pytest
 
 from assets import asset_key
 from ml import checkpoint
+from ml.score import HOLD_IN_SCORING
 from ml.train import HOLD_AFTER_CHECKPOINT
 from pipelines.definitions import definitions, local_resources
 from pipelines.run_health import release_dead_runs
@@ -323,8 +324,13 @@ def test_a_training_killed_at_every_stage_resumes_and_ends_with_the_same_champio
 
 
 def test_a_day_killed_while_scored_is_scored_whole_by_the_next_run(mini: Mini):
+    # Scoring holds, once it has what it scores, until it is killed.
+    held = mini.home / "scoring-held"
     scoring = mini.job(
-        "score_day", LAST, kill_when=(mini.step_started("batch_predictions"), "scoring")
+        "score_day",
+        LAST,
+        kill_when=(held.exists, "scoring"),
+        env={HOLD_IN_SCORING: str(held)},
     )
     assert mini.run("score_day", LAST).success
     mini.assert_released(scoring)

@@ -5,12 +5,14 @@ and its summary counts the days once and never prints a placeholder. The next co
 the rest: the stopped training resumes from its committed checkpoint and ends with the weights
 of an uninterrupted training; the stopped day is scored whole.
 
-One small world (three days of 2013, whose window needs no history lead-in, and the day after),
-and one chain of commands in it, each stopped once its stage is seen under way: a run of that job
-with a step started in the instance, or the file a held training writes after its first
-checkpoint (`ml.train.HOLD_AFTER_CHECKPOINT`). On three days the gate refuses the model (no
+One small world (three days of 2013, whose window needs no history lead-in, and the day after), and
+one chain of commands in it, each stopped once its stage is seen under way: a run of that job with a
+step started in the instance, or the file a held stage writes (`ml.holds`): a training after its
+first checkpoint, a scoring once it has what it scores. On three days the gate refuses the model (no
 champion), which the summary says; a champion for the scoring stop is then trained as
-`test_killed_runs` does, with a lenient gate.
+`test_killed_runs` does, with a lenient gate, and its scoring of the test day held once it has what
+it scores (`ml.score.HOLD_IN_SCORING`): polling the instance for the scoring step raced the step's
+end, and a stop that came after it found nothing to cancel.
 
 A training resumes only the same code (`ml.manifest.git_commit`, `+dirty` included): a commit
 or an edit of a tracked file while this module runs makes the rerun train anew, and fail here.
@@ -34,6 +36,7 @@ import psutil
 import pytest
 
 from assets import asset_key
+from ml.score import HOLD_IN_SCORING
 from ml.train import HOLD_AFTER_CHECKPOINT
 from tests.conftest import CASE, lake_file, node, processes_with
 from tests.world import LENIENT, QUIET, REPO, make_drops
@@ -232,7 +235,8 @@ def test_a_stop_in_a_held_training_cancels_it_and_the_next_command_resumes_it(ho
 
 
 def test_a_stop_in_scoring_cancels_it_and_the_day_is_then_scored_whole(home: Home):
-    stopped = home.command(stop_when=home.step_started("score_day", "batch_predictions"))
+    held = home.home / "scoring-held"
+    stopped = home.command(stop_when=held.exists, **{HOLD_IN_SCORING: str(held)})
 
     assert_stopped(home, stopped, "score_day")
     assert f"predictions {TEST_DAY}: STOPPED during" in stopped.out
