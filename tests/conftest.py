@@ -23,8 +23,8 @@ from usecases.flights import USE_CASE as CASE
 from usecases.flights.contracts import FLIGHTS, SCHEDULE, WEATHER
 from usecases.flights.source import BundledFlightsSource
 
-# The tiers' rules (tests/tiers.py), and the shared trained worlds (session-scoped `world` and
-# `production` fixtures).
+# The tiers' rules (tests/tiers.py), and the trained worlds (built once a session, restored for
+# each module: `world` and `production`).
 pytest_plugins = ["tests.tiers", "tests.world", "tests.production"]
 
 LIFECYCLE_GROUPS = {
@@ -39,8 +39,9 @@ LIFECYCLE_GROUPS = {
 }
 """The asset groups the issue names: the lifecycle's stages, in order."""
 
-SHARED_WORLDS = {"world", "production"}
-"""Session fixtures that take minutes to build: every test using one runs in one test process."""
+SHARED_WORLDS = {"built_world", "built_production"}
+"""Session fixtures that take minutes to build: every test using one runs in one test process,
+which builds each once."""
 
 
 def _on_shared_world(item: pytest.Item) -> bool:
@@ -49,9 +50,10 @@ def _on_shared_world(item: pytest.Item) -> bool:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """The units of work `make test` hands to its two test processes (`--dist loadgroup`, which
-    reads these marks when collection ends): the tests on the shared worlds form one unit, kept
-    in their order (later ones rely on what earlier ones did to the champion); every other
-    module is a unit of its own, so that no module-scoped fixture is built twice."""
+    reads these marks when collection ends): the tests on the trained worlds form one unit, so
+    that one process builds each world once (each module gets it restored as built, whatever
+    ran before: `tests.world.Snapshot`); every other module is a unit of its own, so that no
+    module-scoped fixture is built twice."""
     group = "worlds" if _on_shared_world(item) else item.nodeid.split("::")[0]
     item.add_marker(pytest.mark.xdist_group(group))
 

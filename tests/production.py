@@ -2,15 +2,18 @@
 registry, MLflow's backend store) and Redis (Feast's online store), with the lake and MLflow's
 artifacts at file:// URLs standing in for an object store, and training by local torchrun.
 
-`production` is the session's production world: the winter days of `tests.world` (their history
-ingested and validated, the days themselves through `daily_partition`), the same training window
-and the same training config, so every output can be held against the local world's. It lives in
-databases and a Redis database of its own, dropped at the end. Where PostgreSQL or Redis is
-absent the tests that need them are skipped, saying which is missing; under CI they fail instead,
-because CI machines have both.
+`production` is the production world: the winter days of `tests.world` (their history ingested and
+validated, the days themselves through `daily_partition`), the same training window and the same
+training config, so every output can be held against the local world's. It lives in databases and a
+Redis database of its own, dropped at the end. Like the local world it is built once per session
+and restored for each test module that uses it (`ServicesSnapshot`: each database copied as a
+PostgreSQL template, the Redis keys dumped, the folder copied). Where PostgreSQL or Redis is absent
+the tests that need them are skipped, saying which is missing; under CI they fail instead, because
+CI machines have both.
 """
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -31,7 +34,17 @@ from resources.expectations import GreatExpectations
 from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
-from tests.world import GOOD, HISTORY, WINDOW, WINTER, World, fixed_layout, make_drops, opened
+from tests.world import (
+    GOOD,
+    HISTORY,
+    WINDOW,
+    WINTER,
+    Snapshot,
+    World,
+    fixed_layout,
+    make_drops,
+    opened,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = ("127.0.0.1", 5432)
@@ -146,9 +159,68 @@ def production_variables(home: Path, names: Mapping[str, str]) -> dict[str, str]
     }
 
 
+@dataclass(frozen=True)
+class ServicesSnapshot:
+    """The production world's databases, Redis keys and folder as its build left them."""
+
+    databases: Mapping[str, str]
+    """Each database's template copy, by database."""
+    keys: Mapping[bytes, tuple[int, bytes]]
+    """Each Redis key's time to live (ms, 0: none) and `DUMP`."""
+    files: Snapshot
+
+    @classmethod
+    def take(cls, home: Path, names: Mapping[str, str]) -> "ServicesSnapshot":
+        files = Snapshot.take(home)  # releases this process' connections first
+        copies = {name: f"{name}_snapshot" for name in names.values()}
+        for name, copy in copies.items():
+            _admin(f'CREATE DATABASE "{copy}" TEMPLATE "{name}"', disconnect=name)
+        redis = redis_client()
+        keys = {key: (max(redis.pttl(key), 0), redis.dump(key)) for key in redis.scan_iter()}
+        redis.close()
+        return cls(copies, keys, files)
+
+    def restore(self) -> None:
+        self.files.restore()
+        for name, copy in self.databases.items():
+            _admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+            _admin(f'CREATE DATABASE "{name}" TEMPLATE "{copy}"')
+        redis = redis_client()
+        redis.flushdb()
+        for key, (ttl, dumped) in self.keys.items():
+            redis.restore(key, ttl, dumped)
+        redis.close()
+
+    def drop(self) -> None:
+        for copy in self.databases.values():
+            _admin(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
+
+
+def _admin(statement: str, disconnect: str | None = None) -> None:
+    """Run `statement` on the server's `postgres` database, after closing every connection to
+    the database `disconnect` (a template must have none)."""
+    import psycopg2
+
+    admin = psycopg2.connect(host=POSTGRES[0], port=POSTGRES[1], user="postgres", dbname="postgres")
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            if disconnect:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (disconnect,),
+                )
+            cursor.execute(statement)
+    finally:
+        admin.close()
+
+
 @pytest.fixture(scope="session")
-def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    """The production world, built after the local one (whose outputs it is compared with)."""
+def built_production(
+    built_world: tuple[World, Snapshot], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ProductionWorld, ServicesSnapshot]]:
+    """The production world built from its declared inputs, after the local one (whose outputs
+    it is compared with), and its snapshot."""
     require_services()
     home = tmp_path_factory.mktemp("production")
     drops = make_drops(home / "drops", WINTER_HISTORY + WINTER)
@@ -192,6 +264,22 @@ def production(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 built = prod.run("build_training_set", ops={"training_set": {"config": WINDOW}})
                 assert built.success
                 prod.first_training = prod.train(GOOD)
-                yield prod
+        snapshot = ServicesSnapshot.take(home, names)
+        try:
+            yield prod, snapshot
+        finally:
+            snapshot.drop()
     redis.flushdb()
     redis.close()
+
+
+@pytest.fixture(scope="module")
+def production(built_production: tuple[ProductionWorld, ServicesSnapshot]) -> Iterator[World]:
+    """The production world, restored for this module."""
+    built, snapshot = built_production
+    snapshot.restore()
+    with mock.patch.dict(os.environ, built.variables):
+        # The instance reads DAGSTER_POSTGRES_URL once, when it connects.
+        instance = dg.DagsterInstance.from_config(str(built.dagster_home))
+    with opened(instance):
+        yield dataclasses.replace(built, instance=instance)

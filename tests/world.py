@@ -2,14 +2,19 @@
 through `daily_partition`, a training set over early February, and a first model trained by
 torchrun, gated, exported and registered as champion v1.
 
-It is built once per session (about three and a half minutes) and shared by the deployment,
-monitoring, lineage and UI tests. Its Dagster instance is an ordinary one under `dagster_home`
-with the project's dagster.yaml, so `dagster dev` can be started on it (`World.environment`).
-Tests that change the world say how in their docstring; none may leave the champion without a
-drift reference or remove a partition.
+It is built from these declared inputs once per session (about three and a half minutes) and
+snapshotted (`Snapshot`); each test module that uses it gets it as the build left it, restored
+from the snapshot before the module's first test (`world`, module-scoped): what one module does
+to it (a new champion, a rollback, scored days) never reaches another, whatever their order.
+Within a module, tests run in their order and may build on each other; a module that changes
+the world says how in its docstring.
+
+Its Dagster instance is an ordinary one under `dagster_home` with the project's dagster.yaml, so
+`dagster dev` can be started on it (`World.environment`).
 """
 
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import shutil
@@ -165,8 +170,55 @@ def make_drops(root: Path, days: list[str]) -> Path:
     return root
 
 
+def release_handles() -> None:
+    """Close what this process keeps open on a world's stores, so that a restore is what the
+    next connection sees: MLflow's SQLAlchemy engines (its stores cache one per database URI, a
+    pooled SQLite connection would keep reading the replaced file) and the Feast stores
+    (`resources.feature_store` keeps one per repository and home, with its registry cache and
+    online-store connection). Dagster's instance is the caller's to dispose."""
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as ModelStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore as TrackingStore
+
+    from resources.feature_store import _feature_store
+
+    for store in (TrackingStore, ModelStore):
+        for engine in store._engine_map.values():
+            engine.dispose()
+    _feature_store.cache_clear()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A world's folder as its build left it, copied beside it; `restore` puts it back in place
+    (the same paths: the Dagster instance, MLflow and Feast record absolute ones)."""
+
+    home: Path
+    copy: Path
+
+    @classmethod
+    def take(cls, home: Path) -> "Snapshot":
+        release_handles()
+        copy = home.with_name(f"{home.name}-snapshot")
+        shutil.copytree(home, copy, symlinks=True)
+        return cls(home, copy)
+
+    def restore(self) -> None:
+        release_handles()
+        shutil.rmtree(self.home)
+        shutil.copytree(self.copy, self.home, symlinks=True)
+
+
+@contextlib.contextmanager
+def restored(built: World, snapshot: Snapshot) -> Iterator[World]:
+    """`built` as its build left it, on an instance of its own, disposed when the block ends."""
+    snapshot.restore()
+    with opened(dg.DagsterInstance.from_config(str(built.dagster_home))) as instance:
+        yield dataclasses.replace(built, instance=instance)
+
+
 @pytest.fixture(scope="session")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def built_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[World, Snapshot]]:
+    """The world built from its declared inputs, and its snapshot."""
     home = tmp_path_factory.mktemp("world")
     drops = make_drops(home / "drops", HISTORY + DAYS)
     resources = local_resources(Settings(home=home))
@@ -194,4 +246,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             built = world.run("build_training_set", ops={"training_set": {"config": WINDOW}})
             assert built.success
             world.first_training = world.train(GOOD)
-            yield world
+    yield world, Snapshot.take(home)
+
+
+@pytest.fixture(scope="module")
+def world(built_world: tuple[World, Snapshot]) -> Iterator[World]:
+    """The built world, restored for this module."""
+    with restored(*built_world) as world:
+        yield world
