@@ -3,7 +3,8 @@ registry, and each task's policy (floors, ceilings and tolerances), defined once
 
 The rules are judged by `ml.gate.decide`; each is a blocking check of `model_evaluation` whose
 description in the UI is the rule's `checks` below. A use case declares its policy
-(`UseCase.gate`); the launchpad's `model_evaluation` config is derived from these fields.
+(`UseCase.gate`); the launchpad's `model_evaluation` config is derived from these fields, and
+docs/serving.md's table of the rules from the registry and the policies' defaults (`rules_table`).
 """
 
 import math
@@ -26,6 +27,8 @@ class GateRule:
     """What the rule compares."""
     tasks: tuple[str, ...] = TASKS
     """The tasks whose gate has this rule."""
+    policy_fields: tuple[str, ...] = ()
+    """The fields of its tasks' policies the rule reads (each policy has those of its task)."""
 
 
 GATE_RULES = (
@@ -33,28 +36,38 @@ GATE_RULES = (
         "finite_metrics",
         "No metric of the challenger, overall or on a slice, is NaN or infinite.",
         "the challenger's metrics, overall and on every judged slice value",
+        policy_fields=("min_slice_rows",),
     ),
     GateRule(
         "absolute_floor",
         "The challenger clears the absolute bar (binary: ROC AUC floor, calibration error"
         " ceiling; regression: RMSE/MAE ceilings, R² floor).",
         "the challenger's overall metrics against the policy's floors and ceilings",
+        policy_fields=("min_roc_auc", "max_calibration_error", "max_rmse", "max_mae", "min_r2"),
     ),
     GateRule(
         "no_regression",
         "The challenger is not worse than the champion beyond the tolerance.",
         "the compared overall metrics of the challenger and the champion, on the same rows",
+        policy_fields=(
+            "compared_metrics",
+            *("max_roc_auc_drop", "max_average_precision_drop"),
+            *("max_log_loss_rise", "max_brier_rise"),
+            *("max_rmse_rise_fraction", "max_mae_rise_fraction"),
+        ),
     ),
     GateRule(
         "no_slice_regression",
         "No slice with enough rows regresses against the champion.",
         "the ROC AUC (binary) or RMSE (regression) of every slice value both evaluated",
+        policy_fields=("max_slice_roc_auc_drop", "max_slice_rmse_rise_fraction", "min_slice_rows"),
     ),
     GateRule(
         "beats_baseline",
         "The challenger's RMSE is below the declared baseline forecast's.",
         "the RMSE of the challenger and of the baseline forecast on the rows it covers",
         tasks=("regression",),
+        policy_fields=("require_baseline",),
     ),
 )
 """Every rule of the gate, in the order it is judged."""
@@ -220,3 +233,44 @@ def policy_from_dict(values: dict[str, Any]) -> Policy:
     if values.get("task", "binary") == "regression":
         return RegressionGatePolicy.from_dict(values)
     return GatePolicy.from_dict(values)
+
+
+POLICIES = (GatePolicy, RegressionGatePolicy)
+"""Every task's policy, in the order of `TASKS`."""
+
+
+def rules_table() -> str:
+    """The rules as docs/serving.md's table: each rule's tasks, what passes, what it reads, and
+    the policy fields it reads with their defaults (`python -m cli.gate_rules` prints it)."""
+    rows = [
+        "| check | tasks | passes when | reads | policy fields (defaults) |",
+        "|---|---|---|---|---|",
+    ]
+    for rule in GATE_RULES:
+        tasks = ", ".join(rule.tasks)
+        rows.append(
+            f"| `{rule.name}` | {tasks} | {rule.checks} | {rule.reads} | {_defaults(rule)} |"
+        )
+    return "\n".join(rows)
+
+
+def _defaults(rule: GateRule) -> str:
+    """`rule`'s policy fields and their defaults, told apart by task where the tasks differ."""
+    by_task = {}
+    for policy in POLICIES:
+        if policy.task in rule.tasks:
+            defaults = {spec.name: spec.default for spec in fields(policy)}
+            by_task[policy.task] = ", ".join(
+                f"`{name}` = {_shown(defaults[name])}"
+                for name in rule.policy_fields
+                if name in defaults
+            )
+    if len(set(by_task.values())) == 1:
+        return next(iter(by_task.values()))
+    return "; ".join(f"{task}: {shown}" for task, shown in by_task.items())
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)

@@ -1,17 +1,22 @@
-"""A use case's references into its Feast repository, checked when the code location loads: the
-feature service; the label view, its column, its event timestamp, its table and the join keys its
-rows must carry; the slice, drift calendar and baseline columns (`<view>__<feature>` of the
-feature service). A wrong name stops the load with a `DeclarationError` naming the use case, the
-field and the nearest valid names, so no stage ever meets it (nor skips it).
+"""A use case's references out of its declaration, checked when the code location loads:
 
-The names come from the repository's `feast_names.json` (`declare.feast_names`): Feast itself is
-not imported.
+- into its Feast repository: the feature service; the label view, its column, its event
+  timestamp, its table and the join keys its rows must carry; the slice, drift calendar and
+  baseline columns (`<view>__<feature>` of the feature service);
+- into its source's schema: the tables it declares, its contracts' columns and the dimension
+  columns they take reference sets from (`allowed_from`).
+
+A wrong name stops the load with a `DeclarationError` naming the use case, the field and the
+nearest valid names, so no stage ever meets it (nor skips it). The Feast names come from the
+repository's `feast_names.json` (`declare.feast_names`): Feast itself is not imported; the schema
+from the source (`resources.sources.RawSource.table_columns`), which reads no row to give it.
 """
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from declare.feast_names import NAMES_FILE, REFRESH, FeastNames
-from declare.usecase import DeclarationError, UseCase, unknown_name
+from declare.usecase import DeclarationError, EventTable, UseCase, unknown_name
 
 
 def check_repository(case: UseCase, repo: Path) -> None:
@@ -77,3 +82,48 @@ def _check_label(case: UseCase, names: FeastNames) -> None:
             f" of feature service {service!r}: its rows are the entity rows of a training set and"
             " must carry every key the service joins on (as its join keys or fields)"
         )
+
+
+def check_source(case: UseCase, schema: Mapping[str, Sequence[str]] | None) -> None:
+    """Check `case`'s tables and contracts against `schema`, its declared source's tables and
+    their columns: each event table and dimension is a table of the source, each contract names
+    exactly the columns the source delivers in its table (validation refuses a day whose
+    columns differ from the contract's), and each reference set is a column of its dimension.
+
+    None, a drop folder's schema, which is known only once its drops arrive: nothing to check
+    here, and each drop's columns are checked as it is validated."""
+    if schema is None:
+        return
+    tables = list(schema)
+    for field, name in [
+        *(("event_tables", table.name) for table in case.event_tables),
+        *(("dimensions", dimension.name) for dimension in case.dimensions),
+    ]:
+        if name not in schema:
+            raise unknown_name(case.name, field, name, tables, "table its source delivers")
+    for table in case.event_tables:
+        _check_contract(case, table, schema)
+
+
+def _check_contract(case: UseCase, table: EventTable, schema: Mapping[str, Sequence[str]]) -> None:
+    field, delivered = f"event_tables[{table.name}].contract", schema[table.name]
+    declared = table.contract.column_names
+    what = f"column of table {table.name!r} as its source delivers it"
+    for column in declared:
+        if column not in delivered:
+            raise unknown_name(case.name, f"{field}.columns", column, delivered, what)
+    undeclared = [column for column in delivered if column not in declared]
+    if undeclared:
+        raise DeclarationError(
+            f"use case {case.name!r}: {field}.columns: its source delivers {undeclared} in table"
+            f" {table.name!r}, which the contract does not declare: validation would refuse"
+            " every day of it"
+        )
+    for rule in table.contract.columns:
+        if rule.allowed_from is not None:
+            dimension = rule.allowed_from.split(".")[0]  # a declared one: UseCase checks it
+            known = [f"{dimension}.{column}" for column in schema[dimension]]
+            if rule.allowed_from not in known:
+                name = f"{field}.columns[{rule.column}].allowed_from"
+                what = f"column of dimension {dimension!r} as its source delivers it"
+                raise unknown_name(case.name, name, rule.allowed_from, known, what)

@@ -30,7 +30,7 @@ from assets.monitoring import monitoring_assets
 from assets.training import training_assets
 from assets.validation import event_table_assets
 from declare import UseCase
-from declare.references import check_repository
+from declare.references import check_repository, check_source
 from pipelines.jobs import build_jobs, find_job
 from pipelines.schedules import AutomationSettings, build_schedules
 from pipelines.sensors import (
@@ -281,11 +281,14 @@ def definitions(
     settings: Settings = DEFAULTS,
 ) -> dg.Definitions:
     """Every use case's lifecycle, wired to `resources` (tests pass their own, under a temporary
-    home), in one code location. Each use case's references into its Feast repository are
-    checked first (`declare.references`): a wrong one stops the load, naming it."""
+    home), in one code location. Each use case's references into its Feast repository and its
+    declared source's schema are checked first (`declare.references`): a wrong one stops the
+    load, naming it. The declared source's schema holds even where a drop folder replaces it:
+    the drops must carry the same columns."""
     repos = feast_repositories(resources)
     for case in use_cases:
         check_repository(case, repos / case.name)
+        check_source(case, case.source().table_columns())
     return dg.Definitions.merge(
         *(use_case_definitions(case, automation, settings) for case in use_cases),
         dg.Definitions(resources=resources, executor=executor(settings)),

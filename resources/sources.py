@@ -165,6 +165,13 @@ class RawSource(dg.ConfigurableResource, ABC):
     def read_table(self, table: str) -> RawTable:
         """A whole dimension table, as received."""
 
+    @abstractmethod
+    def table_columns(self) -> Mapping[str, tuple[str, ...]] | None:
+        """The tables this source delivers, each with its columns in order, known without
+        reading a row: a use case's contracts are checked against its declared source's schema
+        when the code location loads (`declare.references.check_source`). None: known only once
+        the data arrives."""
+
 
 class DropFolderSource(RawSource):
     """A folder of drops: `<root>/<table>/<YYYY-MM-DD>.csv|.parquet` for daily tables and
@@ -235,6 +242,16 @@ class DropFolderSource(RawSource):
         path = _single_drop(root, root, checked_table_name(table), what=what)
         self._settled(root, path, what)
         return _Drop(path, what, self._limit, self._chunk).scan().whole()
+
+    def table_columns(self) -> None:
+        """Unknown until the drops arrive: a use case that declares a drop folder as its source
+        (a scaffolded one) has its contracts' columns checked only as each drop is validated. A
+        deployment that reads a drop folder in place of a use case's bundled data set expects in
+        every drop the columns of the bundled source's schema, which the contracts were checked
+        against at load; there is no second schema. Either way a drop that lacks a contract's
+        column, or carries one it does not declare, is refused when it is validated (the
+        contract's `columns.match_contract` rule), naming the missing and unexpected columns."""
+        return None
 
     def _settled(self, root: Path, path: Path, what: str) -> None:
         """Refuses a drop that is not complete: without its completion marker where the source

