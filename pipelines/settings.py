@@ -140,8 +140,8 @@ class Settings:
 
 
 DECLARED = {
-    "ML_LIFECYCLE_DAILY_AT": "the use case's UseCase.daily_at",
-    "ML_LIFECYCLE_RETRAIN_CRON": "the use case's UseCase.retrain_cron",
+    "ML_LIFECYCLE_DAILY_AT": "the use case's Automation.daily_at",
+    "ML_LIFECYCLE_RETRAIN_CRON": "the use case's Automation.retrain_cron",
     "ML_LIFECYCLE_SCHEDULE_TIMEZONE": "the use case's DailyPartitions.timezone",
     "ML_LIFECYCLE_TRAINING_DAYS": "the use case's TrainingWindow.days",
 }
