@@ -67,14 +67,8 @@ class DailyPartitions:
     """First day, YYYY-MM-DD."""
     end: str
     """The day after the last one, YYYY-MM-DD."""
-    days_per_run: int = 31
-    """Days a backfill run ingests, audits and publishes together (Dagster's backfill policy):
-    each run pays its process start and imports once for all of them, and every day is still
-    recorded, checked and refused on its own."""
 
     def check(self, case: str) -> None:
-        if self.days_per_run < 1:
-            raise _refuse(case, "partitions.days_per_run", f"{self.days_per_run} is not >= 1")
         try:
             zoneinfo.ZoneInfo(self.timezone)
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
