@@ -43,11 +43,12 @@ warnings.filterwarnings(
 )
 
 
-def feature_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    """The use case's daily feature tables, the Feast registry, the online store and the
-    training set."""
+def feature_assets(case: UseCase, days_per_run: int) -> list[dg.AssetsDefinition]:
+    """The use case's daily feature tables, the Feast registry, the online store (a backfill
+    writes it `days_per_run` days a run) and the training set."""
     tables = [_feature_table(case, spec) for spec in case.feature_tables]
-    return [*tables, _feature_registry(case), _online_features(case), _training_set(case)]
+    online = _online_features(case, days_per_run)
+    return [*tables, _feature_registry(case), online, _training_set(case)]
 
 
 def _slot(table: str) -> str:
@@ -261,14 +262,14 @@ def _tables(case: UseCase) -> list[dg.AssetKey]:
     ]
 
 
-def _online_features(case: UseCase) -> dg.AssetsDefinition:
+def _online_features(case: UseCase, days_per_run: int) -> dg.AssetsDefinition:
     partitions_def = daily_partitions(case)
 
     @dg.asset(
         key=asset_key(case, "online_features"),
         partitions_def=partitions_def,
         deps=_tables(case),
-        backfill_policy=_online_backfill(case),
+        backfill_policy=_online_backfill(days_per_run),
         group_name=case.group(FEATURES),
         kinds={"feast", "sqlite"},
         code_version=CODE_VERSION,
@@ -314,11 +315,12 @@ def _each_day(
         )
 
 
-def _online_backfill(case: UseCase) -> dg.BackfillPolicy:
-    """Runs of a month of days, each one Feast materialization, after the tables' run: their
-    ranged steps record each day themselves and yield no output, so a child in their run would
-    be skipped, and Dagster keeps a child out of its parent's run when their policies differ."""
-    return dg.BackfillPolicy.multi_run(case.partitions.days_per_run)
+def _online_backfill(days_per_run: int) -> dg.BackfillPolicy:
+    """Runs of `days_per_run` days (a month by default), each one Feast materialization, after
+    the tables' run: their ranged steps record each day themselves and yield no output, so a
+    child in their run would be skipped, and Dagster keeps a child out of its parent's run when
+    their policies differ."""
+    return dg.BackfillPolicy.multi_run(days_per_run)
 
 
 def _watermark(

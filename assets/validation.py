@@ -5,7 +5,7 @@ those rows and the rules they broke (`quarantined_<table>`). A refused day is no
 last published version is never touched. The work is `resources.publishing.EventDays`; this
 module turns what it writes and finds into Dagster's events.
 
-A backfill runs a range of days in one run (`DailyPartitions.days_per_run`, Dagster's
+A backfill runs a range of days in one run (the deployment's `Settings.days_per_run`, Dagster's
 `BackfillPolicy.multi_run`): the process, GX, the source and the lake are set up once for the
 range, not once a day, and every day still gets its own materializations (its content hash as
 the data version), check evaluation and quarantine, recorded as events of its own partition
@@ -68,9 +68,10 @@ class IngestConfig(dg.Config):
     )
 
 
-def event_table_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    """Each event table's days: raw, audited, published and quarantined."""
-    return [_days(case, table) for table in case.event_tables]
+def event_table_assets(case: UseCase, days_per_run: int) -> list[dg.AssetsDefinition]:
+    """Each event table's days: raw, audited, published and quarantined, `days_per_run` days a
+    run in a backfill."""
+    return [_days(case, table, days_per_run) for table in case.event_tables]
 
 
 def stage_name(case: UseCase, table: EventTable) -> str:
@@ -169,7 +170,7 @@ def _check_spec(stage: _Stage, dimensions: list[dg.AssetKey]) -> dg.AssetCheckSp
     )
 
 
-def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
+def _days(case: UseCase, table: EventTable, days_per_run: int) -> dg.AssetsDefinition:
     stage = _Stage.of(case, table)
     references = _references(case, table.contract)
     dimensions = [asset_key(case, dimension) for dimension in references]
@@ -180,7 +181,7 @@ def _days(case: UseCase, table: EventTable) -> dg.AssetsDefinition:
         check_specs=[_check_spec(stage, dimensions)],
         ins=references,
         partitions_def=stage.partitions_def,
-        backfill_policy=dg.BackfillPolicy.multi_run(case.partitions.days_per_run),
+        backfill_policy=dg.BackfillPolicy.multi_run(days_per_run),
         can_subset=True,
         retry_policy=EXTERNAL_RETRY,  # the source may be a network share or an object store
         op_tags=SMALL,

@@ -88,7 +88,8 @@ class LoadConfig:
     """Give up (and fail) when the backfill has not finished by then."""
     postgres_server: str = POSTGRES_SERVER
     days_per_run: int | None = None
-    """Days a backfill run takes together (`ML_LIFECYCLE_DAYS_PER_RUN`); None: as declared."""
+    """Days a backfill run takes together (`ML_LIFECYCLE_DAYS_PER_RUN`); None: the settings'
+    default."""
 
     def __post_init__(self) -> None:
         if self.profile not in INSTANCE_FILES:
@@ -837,7 +838,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--postgres", default=POSTGRES_SERVER, help="server for the database")
     parser.add_argument(
-        "--days-per-run", type=int, default=None, help="days a backfill run takes (as declared)"
+        "--days-per-run",
+        type=int,
+        default=None,
+        help="days a backfill run takes (default: ML_LIFECYCLE_DAYS_PER_RUN's, 31)",
     )
     args = parser.parse_args(argv)
     config = LoadConfig(

@@ -132,6 +132,7 @@ def run(drops: Path) -> dict:
     from assets.features import feature_assets
     from assets.ingestion import dimension_assets
     from assets.validation import event_table_assets
+    from pipelines.settings import Settings
     from resources.expectations import GreatExpectations
     from resources.feature_store import DEFAULT_REPO, FeastFeatureStore
     from resources.lake import ParquetLake
@@ -147,10 +148,11 @@ def run(drops: Path) -> dict:
             "expectations": GreatExpectations(data_docs_dir=str(home / "data_docs")),
             "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
         }
+        days_per_run = Settings.from_env().days_per_run
         definitions = [
             *dimension_assets(FLIGHTS_CASE),
-            *event_table_assets(FLIGHTS_CASE),
-            *feature_assets(FLIGHTS_CASE),
+            *event_table_assets(FLIGHTS_CASE, days_per_run),
+            *feature_assets(FLIGHTS_CASE, days_per_run),
         ]
         (home / "dagster_home").mkdir()
         with dg.instance_for_test(temp_dir=str(home / "dagster_home")) as instance:

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import dagster as dg
 
-    from pipelines.definitions import USE_CASES, defs
+    from pipelines.definitions import SETTINGS, USE_CASES, defs
     from pipelines.jobs import definition_name
 
     case = run.choose_use_case(USE_CASES, args.use_case)
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     scored: dict[str, dict] = {}
     with dg.DagsterInstance.get() as instance:
         outcomes = {}
-        for at in range(0, len(days), case.partitions.days_per_run):
-            chunk = days[at : at + case.partitions.days_per_run]
+        for at in range(0, len(days), SETTINGS.days_per_run):
+            chunk = days[at : at + SETTINGS.days_per_run]
             outcomes |= run_jobs.run_days(job("ingest_and_validate"), instance, chunk)
         for stretch in run_jobs.published_stretches(days, outcomes):
             for day, done in run_jobs.run_days(job("build_features"), instance, stretch).items():

@@ -181,6 +181,8 @@ class Driver:
     """The use case's job of a base name (`ingest_and_validate`, ...)."""
     instance: dg.DagsterInstance
     stops: Stops
+    days_per_run: int
+    """Days one ingest run takes, as a backfill run takes them (`Settings.days_per_run`)."""
     outcomes: dict[str, DayOutcome] = field(default_factory=dict)
     training: AssetRun = field(init=False)
     model: AssetRun = field(default_factory=lambda: AssetRun(False, "", ran=False))
@@ -209,7 +211,7 @@ class Driver:
     def ingest(self) -> None:
         """Every day ingested and validated first, a backfill run's worth of days at a time (GX
         imported and each source read once)."""
-        ingest, per_run = self.job("ingest_and_validate"), self.case.partitions.days_per_run
+        ingest, per_run = self.job("ingest_and_validate"), self.days_per_run
         partitions = self.plan.partitions
         for at in range(0, len(partitions), per_run):
             chunk = partitions[at : at + per_run]
@@ -339,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_dagster_home(home, instance_file(SETTINGS.profile))
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance, Stops(instance) as stops:
-        driver = Driver(case, days, job, instance, stops)
+        driver = Driver(case, days, job, instance, stops, SETTINGS.days_per_run)
         try:
             # A run an earlier, killed `make run` left unfinished would hold its pool slots.
             for released in release_dead_runs(instance):

@@ -9,7 +9,7 @@ milliseconds and reads on its own.
 
 from declare.contracts import ColumnRule, TableContract
 from declare.gate import GATE_RULES, TASKS, GatePolicy, GateRule, RegressionGatePolicy
-from declare.policies import DecayPolicy, DriftSettings, LineRule, Revisions
+from declare.policies import Automation, DecayPolicy, DriftSettings, LineRule, Revisions
 from declare.usecase import (
     PREDICTED_AT,
     SPLIT_DAYS,
@@ -35,6 +35,7 @@ __all__ = [
     "PREDICTED_AT",
     "SPLIT_DAYS",
     "TASKS",
+    "Automation",
     "ColumnRule",
     "DailyPartitions",
     "Day",

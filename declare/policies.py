@@ -1,9 +1,14 @@
-"""The policies a use case declares: how drift is judged, and how far a new version of a published
-day may fall short of the last good one. Plain frozen dataclasses, checked when they are made."""
+"""The policies a use case declares: when its nightly runs start, how drift is judged, how realized
+performance is judged, and how far a new version of a published day may fall short of the last
+good one. Plain frozen dataclasses, checked when they are made."""
 
+import datetime as dt
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from declare.cron import cron_problem
 
 METHODS = ("deviations", "quantiles")
 
@@ -167,3 +172,31 @@ class DecayPolicy:
     def for_task(self, task: str) -> "DecayPolicy":
         """This policy with its metric named (`metric_for`)."""
         return replace(self, metric=self.metric_for(task))
+
+
+HH_MM = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
+
+
+@dataclass(frozen=True)
+class Automation:
+    """When a use case's nightly schedules start, in its partitions' time zone: the daily run of
+    the day before, and the retrain."""
+
+    daily_at: str = "02:30"
+    """When the nightly run processes the day before, HH:MM: not before the day's outcomes are
+    all known (`Label.known_after`, checked by `UseCase`)."""
+    retrain_cron: str = "0 4 * * *"
+    """When the nightly retrain starts, a five-field cron string (`declare.cron`)."""
+
+    @property
+    def daily_time(self) -> dt.time:
+        """`daily_at` as a time of day."""
+        return dt.time.fromisoformat(self.daily_at)
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field and what is wrong with it, if anything."""
+        if not HH_MM.fullmatch(self.daily_at):
+            return "automation.daily_at", f"{self.daily_at!r} is not HH:MM"
+        if (cron := cron_problem(self.retrain_cron)) is not None:
+            return "automation.retrain_cron", cron
+        return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from declare.contracts import TableContract
 from declare.gate import TASKS, GatePolicy, Policy, RegressionGatePolicy
-from declare.policies import DecayPolicy, DriftSettings, Revisions
+from declare.policies import Automation, DecayPolicy, DriftSettings, Revisions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,14 +67,8 @@ class DailyPartitions:
     """First day, YYYY-MM-DD."""
     end: str
     """The day after the last one, YYYY-MM-DD."""
-    days_per_run: int = 31
-    """Days a backfill run ingests, audits and publishes together (Dagster's backfill policy):
-    each run pays its process start and imports once for all of them, and every day is still
-    recorded, checked and refused on its own."""
 
     def check(self, case: str) -> None:
-        if self.days_per_run < 1:
-            raise _refuse(case, "partitions.days_per_run", f"{self.days_per_run} is not >= 1")
         try:
             zoneinfo.ZoneInfo(self.timezone)
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
@@ -226,10 +220,11 @@ class Label:
     known_after: dt.timedelta = dt.timedelta(0)
     """The label delay: how long after a day ends every outcome of its events is known (a
     trip's once it has ended, hours after its day for a late one). The nightly run of a day, which
-    publishes its outcomes and judges its predictions, may not start before it (`daily_at`).
-    Less than a day: that run publishes a day's observations and outcomes together, and the
-    next day's features and predictions wait for it, so a longer delay would hold every feature
-    back by as long (outcomes on a cadence of their own are not built)."""
+    publishes its outcomes and judges its predictions, may not start before it
+    (`Automation.daily_at`). Less than a day: that run publishes a day's observations and
+    outcomes together, and the next day's features and predictions wait for it, so a longer delay
+    would hold every feature back by as long (outcomes on a cadence of their own are not
+    built)."""
 
     def pending_at(self, daily_at: dt.time) -> str | None:
         """Why a nightly run at `daily_at` would come before its day's outcomes are all known;
@@ -364,10 +359,8 @@ class UseCase:
     """A column of the training set that is itself a naive forecast of the label (e.g. the same
     entity's value a week before): evaluated beside the model on the same test rows, and, for a
     regression, a model must beat it (`beats_baseline`)."""
-    daily_at: str = "02:30"
-    """When the nightly run processes the day before, HH:MM in the partitions' time zone."""
-    retrain_cron: str = "0 4 * * *"
-    """When the nightly retrain starts, in the partitions' time zone."""
+    automation: Automation = field(default_factory=Automation)
+    """When the nightly run and the nightly retrain start, in the partitions' time zone."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -454,12 +447,10 @@ class UseCase:
                 f"{delay} is not in [0, 1 day): the nightly run publishes a day's outcomes with"
                 " its observations",
             )
-        try:
-            problem = self.label.pending_at(dt.time.fromisoformat(self.daily_at))
-        except ValueError:
-            raise _refuse(self.name, "daily_at", f"{self.daily_at!r} is not HH:MM") from None
-        if problem:
-            raise _refuse(self.name, "daily_at", problem)
+        if (automation := self.automation.problem()) is not None:
+            raise _refuse(self.name, *automation)
+        if (pending := self.label.pending_at(self.automation.daily_time)) is not None:
+            raise _refuse(self.name, "automation.daily_at", pending)
         if (drift := self.drift.problem()) is not None:
             raise _refuse(self.name, *drift)
         if (window := self.window.problem()) is not None:

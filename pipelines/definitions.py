@@ -15,7 +15,6 @@ code location loads (`pipelines.settings.Settings`; README.md's table lists ever
 Loading this module imports no heavy library (see tests/integration/test_imports.py).
 """
 
-import dataclasses
 import functools
 from pathlib import Path
 
@@ -69,15 +68,6 @@ def source(case: UseCase, settings: Settings) -> RawSource:
     }
     given = {name: value for name, value in limits.items() if value is not None}
     return DropFolderSource(root=str(settings.drop_folder), **given)
-
-
-def batched(case: UseCase, settings: Settings) -> UseCase:
-    """`case` with the deployment's days per backfill run, when set (the declaration's
-    `partitions.days_per_run` otherwise)."""
-    if settings.days_per_run is None:
-        return case
-    days = dataclasses.replace(case.partitions, days_per_run=settings.days_per_run)
-    return dataclasses.replace(case, partitions=days)
 
 
 def _registry(settings: Settings) -> MlflowRegistry:
@@ -230,11 +220,10 @@ def use_case_definitions(
 ) -> dg.Definitions:
     """One use case's assets, checks, jobs, schedules and sensors, built from its declaration."""
     automation = automation or AutomationSettings.of(case, settings)
-    case = batched(case, settings)
     assets = [
         *dimension_assets(case),
-        *event_table_assets(case),
-        *feature_assets(case),
+        *event_table_assets(case, settings.days_per_run),
+        *feature_assets(case, settings.days_per_run),
         *training_assets(case),
         *evaluation_assets(case),
         *deployment_assets(case),

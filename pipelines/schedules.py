@@ -2,12 +2,13 @@
 
 Both are off until switched on (UI → Automation, or `ML_LIFECYCLE_AUTOMATION=on` for a
 deployment that should start with them running). When they run is the use case's declaration
-(`UseCase.daily_at`, `retrain_cron`, its partitions' time zone, `TrainingWindow.days`), which the
-environment never overrides (`pipelines.settings`).
+(`UseCase.automation`, its partitions' time zone, `TrainingWindow.days`), which the environment
+never overrides (`pipelines.settings`).
 
 The daily schedule runs in the partitions' own timezone (where a day is cut): Dagster ties a
 partitioned schedule to it, so its hour is all there is to set. That hour may not come before
-the day's outcomes are all known (the label delay, `Label.known_after`): it is refused, naming it.
+the day's outcomes are all known (the label delay, `Label.known_after`): the declaration is
+refused when it is made, naming it.
 
 When the daemon was down for several ticks: the daily schedule is partitioned, so on restart it
 launches the missed days, each its own partition, at most `max_catchup_runs` of them (7,
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets import asset_key
-from declare import Label, UseCase, partition_day
+from declare import Automation, UseCase, partition_day
 from pipelines.jobs import Job, definition_name, find_job
 from pipelines.settings import Settings
 
@@ -33,58 +34,30 @@ WINDOW_END_TAG = "ml_lifecycle/window_end"
 
 @dataclass(frozen=True)
 class AutomationSettings:
-    """How one use case's schedules and sensors run: when, from its declaration; whether they
-    start running and how long a retrain request holds off the next, from the deployment (`of`)."""
+    """How one use case's schedules and sensors run: when, from its declaration (checked when it
+    is made); whether they start running and how long a retrain request holds off the next, from
+    the deployment (checked when the settings are read; `of`)."""
 
-    daily_at: str
-    """HH:MM in the data timezone; the tick processes the day that ended before it."""
-    retrain_cron: str
+    declared: Automation
+    """When the nightly run and the nightly retrain start (`UseCase.automation`)."""
     timezone: str
-    """The retrain cron's timezone."""
+    """The time zone of both schedules: the partitions'."""
     training_days: int
     drift_cooldown_hours: float = 24.0
     """After a drift-triggered retrain is requested, further drift events wait this long."""
     running: bool = False
     """Whether schedules and the sensor start running (otherwise: switched on in the UI)."""
-    label: Label | None = None
-    """The use case's label, whose delay (`Label.known_after`) `daily_at` may not come before."""
 
     @classmethod
     def of(cls, case: UseCase, settings: Settings) -> "AutomationSettings":
-        """`case`'s declared automation, run as the deployment's settings say, checked."""
-        automation = cls(
-            daily_at=case.daily_at,
-            retrain_cron=case.retrain_cron,
+        """`case`'s declared automation, run as the deployment's settings say."""
+        return cls(
+            declared=case.automation,
             timezone=case.partitions.timezone,
             training_days=case.window.days,
             drift_cooldown_hours=settings.drift_cooldown_hours,
             running=settings.automation,
-            label=case.label,
         )
-        automation.validate()
-        return automation
-
-    def validate(self) -> None:
-        """Refuses what Dagster would not say by name (it checks the cron strings itself)."""
-        import zoneinfo
-
-        pending = self.label and self.label.pending_at(self.daily_time())
-        if pending:
-            raise ValueError(f"daily_at={self.daily_at!r}: {pending}")
-        try:
-            zoneinfo.ZoneInfo(self.timezone)
-        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-            raise ValueError(f"schedule timezone {self.timezone!r} is not an IANA zone") from None
-        if self.training_days < 3:
-            raise ValueError(f"training_days={self.training_days}: a window needs at least 3")
-        if self.drift_cooldown_hours < 0:
-            raise ValueError(f"drift_cooldown_hours={self.drift_cooldown_hours} is negative")
-
-    def daily_time(self) -> dt.time:
-        try:
-            return dt.time.fromisoformat(self.daily_at)
-        except ValueError:
-            raise ValueError(f"daily_at={self.daily_at!r} is not HH:MM") from None
 
     @property
     def status(self) -> dg.DefaultScheduleStatus:
@@ -139,15 +112,15 @@ def build_schedules(case: UseCase, settings: AutomationSettings, jobs: Sequence[
             " ingest, validate, features, online store, drift and realized performance"
             + ("; then the next day is predicted." if case.predicts_ahead else ", scoring.")
         ),
-        hour_of_day=settings.daily_time().hour,
-        minute_of_hour=settings.daily_time().minute,
+        hour_of_day=settings.declared.daily_time.hour,
+        minute_of_hour=settings.declared.daily_time.minute,
         default_status=settings.status,
         tags={TRIGGER_TAG: "schedule"},
     )
 
     @dg.schedule(
         name=definition_name(case, "nightly_retrain"),
-        cron_schedule=settings.retrain_cron,
+        cron_schedule=settings.declared.retrain_cron,
         execution_timezone=settings.timezone,
         job=find_job(jobs, case, "retrain"),
         default_status=settings.status,

@@ -2,12 +2,13 @@
 loads and checked there, so that a mistake shows at deploy, named by its variable.
 
 Environment variables configure a deployment: where its state lives, which profile, launcher and
-executor, a drop folder and its limits, whether automation starts on. They never change what a
-use case declares (its schedules, training window, policies): a variable that used to is refused
-by name, with the declaration's field to change instead (`DECLARED`). Connection settings that
-may carry a password are not here: the production resources read them through `dagster.EnvVar`
-when a run starts (`CONNECTIONS`). README.md's table of settings is `table()`
-(`python -m pipelines.settings` prints it; tests/unit/test_settings.py holds the two together).
+executor, a drop folder and its limits, how many days a backfill run takes, whether automation
+starts on. They never change what a use case declares (its schedules, training window,
+policies): a variable that used to is refused by name, with the declaration's field to change
+instead (`DECLARED`). Connection settings that may carry a password are not here: the production
+resources read them through `dagster.EnvVar` when a run starts (`CONNECTIONS`). README.md's
+table of settings is `table()` (`python -m pipelines.settings` prints it;
+tests/unit/test_settings.py holds the two together).
 """
 
 import dataclasses
@@ -90,10 +91,12 @@ class Settings:
     file_mode: int = field(default=FILE_MODE, metadata=_env("ML_LIFECYCLE_FILE_MODE", "640"))
     """The mode (octal) of the files the pipeline publishes: lake tables and documents,
     predictions, weights, checkpoints, ONNX files; 644 makes them world-readable."""
-    days_per_run: int | None = field(default=None, metadata=_env("ML_LIFECYCLE_DAYS_PER_RUN", "31"))
-    """Days a backfill run ingests, audits and publishes together on this deployment: fewer where
-    a month takes too long to give back its slot, more where process starts dominate; unset: the
-    declaration's default (`DailyPartitions.days_per_run`)."""
+    days_per_run: int = field(default=31, metadata=_env("ML_LIFECYCLE_DAYS_PER_RUN"))
+    """Days a backfill run ingests, audits and publishes together (the backfill policy of every
+    use case's event tables and online store): each run pays its process start and imports once
+    for all of them, and every day is still recorded, checked and refused on its own. Fewer
+    where a month of a use case's data needs more memory than the run's machine has, or holds
+    its slot too long; more where process starts dominate."""
     automation: bool = field(default=False, metadata=_env("ML_LIFECYCLE_AUTOMATION", "off"))
     """Whether every use case's schedules and sensors start running (else they are switched on in
     the UI, Automation)."""
@@ -140,8 +143,8 @@ class Settings:
 
 
 DECLARED = {
-    "ML_LIFECYCLE_DAILY_AT": "the use case's UseCase.daily_at",
-    "ML_LIFECYCLE_RETRAIN_CRON": "the use case's UseCase.retrain_cron",
+    "ML_LIFECYCLE_DAILY_AT": "the use case's Automation.daily_at",
+    "ML_LIFECYCLE_RETRAIN_CRON": "the use case's Automation.retrain_cron",
     "ML_LIFECYCLE_SCHEDULE_TIMEZONE": "the use case's DailyPartitions.timezone",
     "ML_LIFECYCLE_TRAINING_DAYS": "the use case's TrainingWindow.days",
 }

@@ -16,6 +16,7 @@ import pytest
 from assets import asset_key
 from assets.ingestion import dimension_assets
 from assets.validation import event_table_assets, stage_name
+from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
 from resources.lake import ParquetLake
 from resources.sources import DropFolderSource
@@ -116,13 +117,15 @@ DAILY = select(
 DIMENSIONS = select("planes", "airlines", "airports")
 DAY_WINDOW = (pd.Timestamp("2013-01-02T05:00:00Z"), pd.Timestamp("2013-01-03T05:00:00Z"))
 """[start, end) of GOOD_DAY in UTC: a New York day in winter starts at 05:00 UTC."""
+DAYS_PER_RUN = Settings().days_per_run
+"""Days a backfill run takes on a deployment that does not set it, as the definitions build it."""
 
 
 def data_assets() -> list:
     """The flights' ingestion and validation assets and their contract checks."""
     return [
         *dimension_assets(CASE),
-        *event_table_assets(CASE),
+        *event_table_assets(CASE, DAYS_PER_RUN),
     ]
 
 

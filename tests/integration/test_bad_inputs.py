@@ -18,6 +18,7 @@ from resources.lake import content_hash
 from resources.sources import DropFolderSource
 from tests.conftest import (
     CASE,
+    DAYS_PER_RUN,
     GOOD_DAY,
     Lifecycle,
     append_during_read,
@@ -454,7 +455,7 @@ def test_an_empty_day_is_published_empty_when_its_contract_says_so(
     lifecycle.load_dimensions()
 
     result = dg.materialize(
-        [*dimension_assets(case), *event_table_assets(case)],
+        [*dimension_assets(case), *event_table_assets(case, DAYS_PER_RUN)],
         partition_key=GOOD_DAY,
         selection=select("raw_flights", "validated_flights", "quarantined_flights"),
         instance=lifecycle.instance,

@@ -10,6 +10,7 @@ from assets.features import feature_assets
 from resources.sources import DropFolderSource
 from tests.conftest import (
     DAILY,
+    DAYS_PER_RUN,
     GOOD_DAY,
     Lifecycle,
     data_assets,
@@ -34,7 +35,7 @@ HISTORIES = ("carrier_history", "route_history")
 
 def feature_tables() -> list:
     names = {spec.name for spec in CASE.feature_tables}
-    return [a for a in feature_assets(CASE) if a.key.path[-1] in names]
+    return [a for a in feature_assets(CASE, DAYS_PER_RUN) if a.key.path[-1] in names]
 
 
 def materialize(lifecycle: Lifecycle, selection: dg.AssetSelection, partition: str):

@@ -25,6 +25,7 @@ from declare import (
     UseCase,
 )
 from declare.contracts import ColumnRule, TableContract
+from pipelines.settings import Settings
 from resources.feast_names import refresh
 from resources.feature_store import FeastFeatureStore
 from resources.lake import ParquetLake
@@ -158,7 +159,7 @@ def test_the_old_shape_joins_one_event_to_another_events_row(store: FeastFeature
 def test_the_training_set_refuses_rows_whose_key_repeats_within_the_ttl(
     store: FeastFeatureStore, tmp_path: Path
 ):
-    training_set = feature_assets(CASE)[-1]
+    training_set = feature_assets(CASE, Settings().days_per_run)[-1]
     config = {"start": "2024-03-01", "validation_start": "2024-03-02"}
     config |= {"test_start": "2024-03-03", "end": "2024-03-04"}
     result = dg.materialize(

@@ -1,6 +1,7 @@
 import functools
 import json
 
+import dagster as dg
 import pytest
 
 from assets import asset_key
@@ -219,6 +220,30 @@ def test_steps_that_talk_to_other_systems_retry_and_runs_carry_their_limits():
     assert graph.get(key("trained_model")).assets_def.op.pool == "training"
     assert graph.get(key("registered_model")).assets_def.op.pool == "model_registry"
     assert graph.get(key("feature_registry")).assets_def.op.pool == "feast_registry"
+
+
+def test_a_backfill_run_takes_the_deployments_days_per_run_a_month_unless_set():
+    from pipelines.definitions import defs, use_case_definitions
+    from pipelines.settings import Settings
+
+    def runs_of(definitions) -> dict[str, int | None]:
+        """The most days a backfill run takes, by asset name (None: all in one run)."""
+        return {
+            key.path[-1]: assets.backfill_policy.max_partitions_per_run
+            for assets in definitions.assets or []
+            if isinstance(assets, dg.AssetsDefinition) and assets.backfill_policy is not None
+            for key in assets.keys
+            if key.path[0] == FLIGHTS.name
+        }
+
+    batched = {"raw_flights", "validated_weather", "quarantined_flights", "online_features"}
+    default = runs_of(defs)
+    two = runs_of(use_case_definitions(FLIGHTS, settings=Settings.from_env(
+        {"ML_LIFECYCLE_DAYS_PER_RUN": "2"}
+    )))  # fmt: skip
+    assert {name: default[name] for name in batched} == dict.fromkeys(batched, 31)
+    assert {name: two[name] for name in batched} == dict.fromkeys(batched, 2)
+    assert default["flight_features"] is two["flight_features"] is None  # a year in one run
 
 
 def test_the_trailing_history_reads_the_28_days_before_its_partition():

@@ -1,12 +1,12 @@
 """A use case's schedules, on a tiny declared use case whose assets are stubs."""
 
-import dataclasses
 import datetime as dt
 import zoneinfo
 
 import dagster as dg
 import pytest
 
+from declare import Automation
 from pipelines.jobs import build_jobs, definition_name
 from pipelines.schedules import TRIGGER_TAG, AutomationSettings
 from pipelines.settings import Settings
@@ -36,11 +36,9 @@ def schedule(name: str, automation: AutomationSettings | None = None) -> dg.Sche
 
 def test_without_the_environment_the_settings_are_the_declarations():
     assert settings() == AutomationSettings(
-        daily_at="03:15",
-        retrain_cron="0 5 * * 1",
+        declared=Automation(daily_at="03:15", retrain_cron="0 5 * * 1"),
         timezone="Europe/Berlin",
         training_days=10,
-        label=TINY.label,
     )
 
 
@@ -75,8 +73,8 @@ def test_the_environment_starts_automation_and_never_moves_a_declared_schedule()
 @pytest.mark.parametrize(
     ("variable", "field"),
     [
-        ("ML_LIFECYCLE_DAILY_AT", "UseCase.daily_at"),
-        ("ML_LIFECYCLE_RETRAIN_CRON", "UseCase.retrain_cron"),
+        ("ML_LIFECYCLE_DAILY_AT", "Automation.daily_at"),
+        ("ML_LIFECYCLE_RETRAIN_CRON", "Automation.retrain_cron"),
         ("ML_LIFECYCLE_SCHEDULE_TIMEZONE", "DailyPartitions.timezone"),
         ("ML_LIFECYCLE_TRAINING_DAYS", "TrainingWindow.days"),
     ],
@@ -84,11 +82,3 @@ def test_the_environment_starts_automation_and_never_moves_a_declared_schedule()
 def test_a_variable_that_would_override_a_declaration_is_refused_naming_the_field(variable, field):
     with pytest.raises(ValueError, match=rf"{variable} is no longer read.*{field}"):
         settings(**{variable: "01:15"})
-
-
-def test_the_nightly_run_may_not_start_before_the_days_outcomes_are_known():
-    late = dataclasses.replace(TINY.label, known_after=dt.timedelta(hours=3, minutes=15))
-    case = dataclasses.replace(TINY, label=late)  # the declared 03:15: just in time
-    assert AutomationSettings.of(case, Settings()).daily_at == "03:15"
-    with pytest.raises(ValueError, match=r"daily_at.*03:14.*label delay.* is 3:15:00"):
-        AutomationSettings.of(dataclasses.replace(case, daily_at="03:14"), Settings())

@@ -20,6 +20,7 @@ def test_without_variables_the_settings_are_the_embedded_defaults():
     )
     assert settings.home == REPO / ".local" and settings.file_mode == 0o640
     assert settings.drop_folder is None and not settings.automation
+    assert settings.days_per_run == 31  # a month of days a backfill run
 
 
 def test_every_variable_is_read_as_its_field_says(tmp_path):
@@ -33,12 +34,14 @@ def test_every_variable_is_read_as_its_field_says(tmp_path):
             "ML_LIFECYCLE_AUTOMATION": "on",
             "ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS": "6",
             "ML_LIFECYCLE_DROP_COMPLETION_SUFFIX": ".done",
+            "ML_LIFECYCLE_DAYS_PER_RUN": "7",
         }
     )
     assert settings.profile == "prod" and settings.home == tmp_path
     assert (settings.train_processes, settings.max_drop_mib) == (3, 64.5)
     assert (settings.file_mode, settings.automation) == (0o644, True)
     assert (settings.drift_cooldown_hours, settings.drop_completion_suffix) == (6.0, ".done")
+    assert settings.days_per_run == 7
 
 
 @pytest.mark.parametrize(
@@ -47,6 +50,9 @@ def test_every_variable_is_read_as_its_field_says(tmp_path):
         ({"ML_LIFECYCLE_ENV": "staging"}, r"ML_LIFECYCLE_ENV='staging': use one of local, prod"),
         ({"ML_LIFECYCLE_TRAIN_PROCESSES": "two"}, r"ML_LIFECYCLE_TRAIN_PROCESSES='two' is not"),
         ({"ML_LIFECYCLE_TRAIN_PROCESSES": "0"}, r"ML_LIFECYCLE_TRAIN_PROCESSES=0: must be at"),
+        ({"ML_LIFECYCLE_DAYS_PER_RUN": "0"}, r"ML_LIFECYCLE_DAYS_PER_RUN=0: must be at least 1"),
+        ({"ML_LIFECYCLE_DAYS_PER_RUN": "-3"}, r"ML_LIFECYCLE_DAYS_PER_RUN=-3: must be at least"),
+        ({"ML_LIFECYCLE_DAYS_PER_RUN": "a month"}, r"ML_LIFECYCLE_DAYS_PER_RUN='a month' is not"),
         ({"ML_LIFECYCLE_AUTOMATION": "maybe"}, r"ML_LIFECYCLE_AUTOMATION='maybe': use on or off"),
         ({"ML_LIFECYCLE_DRIFT_COOLDOWN_HOURS": "-1"}, r"COOLDOWN_HOURS=-1.0: must not be neg"),
         ({"ML_LIFECYCLE_LAUNCHER": "k8s-pod"}, r"needs ML_LIFECYCLE_LAUNCHER_CONFIG"),

@@ -11,6 +11,7 @@ import dagster as dg
 
 from assets import asset_key, daily_partitions
 from declare import (
+    Automation,
     DailyPartitions,
     Day,
     Dimension,
@@ -68,8 +69,7 @@ TINY = PrefixedCase(
     label=Label(view="trip_outcome", column="late", task="binary", table="trip_outcomes"),
     registered_model="tiny_model",
     window=TrainingWindow(days=10),
-    daily_at="03:15",
-    retrain_cron="0 5 * * 1",
+    automation=Automation(daily_at="03:15", retrain_cron="0 5 * * 1"),
 )
 
 TINY_PARTITIONED = (

@@ -13,6 +13,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from declare import (
+    Automation,
     DailyPartitions,
     Day,
     Dimension,
@@ -217,6 +218,5 @@ USE_CASE = UseCase(
     # Once the day's last flights have landed (label.known_after); the retrain after it. The
     # day's predictions, as of its start, come with this run: after the 4.7% of its flights
     # scheduled before 06:30 have left (docs/serving.md).
-    daily_at="06:30",
-    retrain_cron="0 8 * * *",
+    automation=Automation(daily_at="06:30", retrain_cron="0 8 * * *"),
 )

@@ -13,6 +13,7 @@ contracts (`contracts.py`), the bundled data reshaped into daily tables (`source
 from typing import TYPE_CHECKING
 
 from declare import (
+    Automation,
     DailyPartitions,
     Day,
     DriftSettings,
@@ -181,6 +182,5 @@ USE_CASE = UseCase(
             )
         ),
     ),
-    daily_at="03:00",
-    retrain_cron="30 4 * * 1",
+    automation=Automation(daily_at="03:00", retrain_cron="30 4 * * 1"),
 )
