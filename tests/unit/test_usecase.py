@@ -71,8 +71,6 @@ def _grain(grain: str, key: tuple[str, ...] | None = None) -> tuple:
         ({"automation": Automation(daily_at="2:30 am")}, "automation.daily_at"),
         # Before the flights' last arrivals are known.
         ({"automation": Automation(daily_at="05:59")}, "automation.daily_at"),
-        ({"automation": Automation(daily_at="06:30", retrain_cron="0 8 * * 9")},
-         "automation.retrain_cron"),
         ({"drift": DriftSettings(rule="quantiles", warn_at=0.9, fail_at=3)}, "drift.warn_at"),
         ({"drift": DriftSettings(rule="mean")}, "drift.rule"),  # type: ignore[arg-type]
         ({"label": dataclasses.replace(FLIGHTS.label, known_after=dt.timedelta(days=1))},
