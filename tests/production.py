@@ -282,4 +282,6 @@ def production(built_production: tuple[ProductionWorld, ServicesSnapshot]) -> It
         # The instance reads DAGSTER_POSTGRES_URL once, when it connects.
         instance = dg.DagsterInstance.from_config(str(built.dagster_home))
     with opened(instance):
-        yield dataclasses.replace(built, instance=instance)
+        world = dataclasses.replace(built, instance=instance)
+        assert world.champion() == "1", "the restored world lost its first champion"
+        yield world

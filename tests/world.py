@@ -213,7 +213,9 @@ def restored(built: World, snapshot: Snapshot) -> Iterator[World]:
     """`built` as its build left it, on an instance of its own, disposed when the block ends."""
     snapshot.restore()
     with opened(dg.DagsterInstance.from_config(str(built.dagster_home))) as instance:
-        yield dataclasses.replace(built, instance=instance)
+        world = dataclasses.replace(built, instance=instance)
+        assert world.champion() == "1", "the restored world lost its first champion"
+        yield world
 
 
 @pytest.fixture(scope="session")
