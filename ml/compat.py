@@ -59,9 +59,9 @@ class Difference:
     name: str
     """A distribution's canonical name, "python" or "cuda"."""
     locked: str
-    """What the lock (or pyproject.toml, or the driver for "cuda") asks for."""
+    """What the lock asks for (pyproject.toml for "python", torch's build for "cuda")."""
     installed: str
-    """What this environment has, `ABSENT` when nothing."""
+    """What this environment has (the driver's version for "cuda"), `ABSENT` when nothing."""
 
     def __str__(self) -> str:
         return f"{self.name} locked {self.locked}, installed {self.installed}"
@@ -195,10 +195,11 @@ def cuda_difference(torch_cuda: str | None, driver_cuda: str | None) -> Differen
     """A CUDA build of torch the driver cannot run (see the module's docstring), or None."""
     if torch_cuda is None:
         return None
+    built = f"{torch_cuda} (torch's build)"
     if driver_cuda is None:
-        return Difference("cuda", f"a driver for CUDA {torch_cuda}", ABSENT)
+        return Difference("cuda", built, ABSENT)
     if Version(torch_cuda).major > Version(driver_cuda).major:
-        return Difference("cuda", f"torch built for CUDA {torch_cuda}", f"driver {driver_cuda}")
+        return Difference("cuda", built, f"{driver_cuda} (the driver's)")
     return None
 
 

@@ -97,9 +97,8 @@ def test_a_python_outside_the_projects_range_is_a_difference():
 
 
 def test_torch_built_for_a_newer_cuda_major_than_the_driver_is_a_difference():
-    assert cuda_difference("13.0", "12.8") == Difference(
-        "cuda", "torch built for CUDA 13.0", "driver 12.8"
-    )
+    difference = cuda_difference("13.0", "12.8")
+    assert str(difference) == "cuda locked 13.0 (torch's build), installed 12.8 (the driver's)"
     found = compare(lock(), Installed({}, "3.11.14", torch_cuda="13.0", driver_cuda="12.8"))
     assert [difference.name for difference in found.differences] == ["cuda"]
     assert (found.torch_cuda, found.driver_cuda) == ("13.0", "12.8")
@@ -114,7 +113,7 @@ def test_a_driver_of_the_same_cuda_major_or_newer_runs_the_build():
 def test_a_cpu_build_needs_no_driver_and_a_cuda_build_without_one_is_a_difference():
     assert cuda_difference(None, None) is None
     assert cuda_difference(None, "12.8") is None
-    assert cuda_difference("13.0", None) == Difference("cuda", "a driver for CUDA 13.0", ABSENT)
+    assert cuda_difference("13.0", None) == Difference("cuda", "13.0 (torch's build)", ABSENT)
 
 
 def test_the_versions_compared_are_read_as_torch_and_the_driver_give_them():
