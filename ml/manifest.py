@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ml import compat
+
 LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "feast", "dagster")
 MANIFEST = "manifest.json"
 
@@ -22,6 +24,10 @@ class RunManifest:
     git_commit: str
     lock_sha256: str
     libraries: dict[str, str]
+    compatibility: compat.Compatibility
+    """The environment against requirements.lock (`ml.compat`), checked again as rank 0 writes
+    the manifest: under `ml.node`, which refused any difference before a worker started, the
+    differences are empty unless the check was skipped."""
     python: str
     host: str
     devices: list[str]
@@ -51,6 +57,7 @@ def environment(repo: Path) -> dict:
         "git_commit": git_commit(repo),
         "lock_sha256": _sha256_of(repo / "requirements.lock"),
         "libraries": {name: _version(name) for name in LIBRARIES},
+        "compatibility": compat.check(repo),
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "devices": _devices(),

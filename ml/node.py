@@ -3,8 +3,9 @@ scheduler can act on.
 
     python -m ml.node --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train <train flags>
 
-The arguments are torchrun's. Before any worker starts, the training flags are checked (config
-and training set): a bad one exits at once with `EXIT_NOT_RETRYABLE`, as does a job whose
+The arguments are torchrun's. Before any worker starts, the environment is checked against
+requirements.lock (`ml.compat`) and then the training flags (config and training set): a
+difference or a bad flag exits at once with `EXIT_NOT_RETRYABLE`, as does a job whose
 workers failed with that code. Kubernetes' podFailurePolicy turns that code into "fail the Job
 now" instead of retrying a run that cannot succeed; any other failure exits 1 (retryable:
 a lost node, an eviction, a hung rank).
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from ml import preflight  # not ml.train: starting workers needs none of its imports
+    from ml import compat, preflight  # not ml.train: starting workers needs none of its imports
 
     # A fresh store for every round of workers. torchrun otherwise keeps one TCPStore across
     # restarts, without a per-round key prefix, and a restarted rank can read its peer's
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.module and args.training_script == "ml.train":
         try:
+            compat.require()  # first: in another environment the config's checks mean little
             preflight.check(preflight.config_of(args.training_script_args))
         except (ValueError, OSError) as error:
             log.error("not starting: %s", error)

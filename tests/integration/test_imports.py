@@ -75,6 +75,7 @@ def test_training_and_its_node_do_not_import_each_other_at_import_time():
 
     assert loaded("ml.train", "ml.node") == []
     assert loaded("ml.preflight", "ml.train", "torch", "pandas") == []
+    assert loaded("ml.compat", "torch", "dagster") == []  # the node checks its environment
     from ml import exits, node
 
     assert node.EXIT_NOT_RETRYABLE == exits.EXIT_NOT_RETRYABLE == 78

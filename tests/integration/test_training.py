@@ -87,6 +87,9 @@ def test_the_same_seed_gives_identical_weights_and_another_seed_different(traini
     assert manifest["data_fingerprint"] == fingerprint(pd.read_parquet(training_set))
     assert manifest["seed"] == 1 and manifest["world_size"] == 1
     assert manifest["libraries"]["torch"].startswith("2.13.0")
+    compatibility = manifest["compatibility"]
+    assert compatibility["differences"] == [] and compatibility["num_checked"] > 100
+    assert compatibility["skipped"] is False
 
 
 def test_a_run_killed_midway_resumes_to_bit_identical_weights(training_set, tmp_path):
