@@ -73,6 +73,7 @@ MANIFEST_FIELDS = (
     "host",
     "devices",
     "libraries",
+    "compatibility",
 )
 """The manifest's facts a lineage reports (its training config stays in the registered file)."""
 

@@ -228,7 +228,23 @@ def _render_manifest(
         f"  data fingerprint {fingerprint}{same}",
         f"  trained in Dagster run {manifest.get('dagster_run_id')}",
         f"  libraries        {libraries}",
+        f"  environment      {_environment(manifest.get('compatibility'))}",
     ]
+
+
+def _environment(check: Mapping[str, Any] | None) -> str:
+    """The training environment against the lock, as the manifest's `ml.compat` check found it."""
+    if not check:
+        return "not checked (trained before the compatibility check, `ml.compat`)"
+    differences = check.get("differences") or []
+    if not differences:
+        return (
+            f"as requirements.lock pins it ({check['num_checked']} distributions),"
+            f" python {check['requires_python']}"
+        )
+    listed = "; ".join(f"{d['name']} {d['installed']} (locked {d['locked']})" for d in differences)
+    anyway = ", trained anyway (the check was skipped)" if check.get("skipped") else ""
+    return f"differs from requirements.lock in {len(differences)} place(s){anyway}: {listed}"
 
 
 def _render_materializations(chain: Sequence[Materialization]) -> list[str]:

@@ -102,6 +102,7 @@ def test_the_text_names_model_manifest_and_every_partition():
     assert "git commit       abc123" in text
     assert f"lock sha256      {'l' * 64}" in text
     assert "feature service  flight_delay_v1" in text
+    assert "environment      not checked (trained before the compatibility check" in text
     assert "= training_set's data version" in text
     assert "window=[2013-01-02, 2013-01-04)" in text
     assert "← feature_registry ✓, raw_flights[2013-01-02..2013-01-03 (2)]" in text
@@ -244,3 +245,22 @@ def test_a_prediction_key_without_a_value_is_a_usage_error(capsys):
         main(["prediction", "2024-03-01", "station_id"])
     assert exited.value.code == 2
     assert "'station_id' is not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_the_text_says_how_the_training_environment_stood_against_the_lock():
+    checked = {"requires_python": ">=3.11,<3.12", "num_checked": 195, "differences": []}
+    document = lineage()
+    document.manifest["compatibility"] = checked
+    assert (
+        "environment      as requirements.lock pins it (195 distributions), python >=3.11,<3.12"
+        in document.render()
+    )
+    document.manifest["compatibility"] = {
+        **checked,
+        "differences": [{"name": "numpy", "locked": "2.3.4", "installed": "0.0.1"}],
+        "skipped": True,
+    }
+    assert (
+        "environment      differs from requirements.lock in 1 place(s), trained anyway (the check"
+        " was skipped): numpy 0.0.1 (locked 2.3.4)" in document.render()
+    )
