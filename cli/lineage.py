@@ -305,10 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     home = os.environ.get("DAGSTER_HOME")
-    if not home or not Path(home).is_dir():
+    if not home:
         sys.stderr.write(
-            f"lineage: DAGSTER_HOME={home!r} is not the folder of a Dagster instance\n"
+            "lineage: DAGSTER_HOME is not set: `make lineage` sets it to this checkout's"
+            " instance; elsewhere, set it to the folder of the Dagster instance to read\n"
         )
+        return 2
+    if not Path(home).is_dir():
+        sys.stderr.write(f"lineage: DAGSTER_HOME={home} is not the folder of a Dagster instance\n")
         return 2
     registry = (defs.resources or {}).get("mlflow")
     if not isinstance(registry, MlflowRegistry):

@@ -83,21 +83,33 @@ def postgres_url(database: str, driver: str = "postgresql+psycopg2") -> str:
 @contextlib.contextmanager
 def databases(*purposes: str) -> Iterator[dict[str, str]]:
     """Fresh PostgreSQL databases, one per purpose (name → database), dropped afterwards."""
-    import psycopg2
-
     tag = uuid.uuid4().hex[:8]
     names = {purpose: f"mlt_{tag}_{purpose}" for purpose in purposes}
+    try:
+        for name in names.values():
+            _admin(f'CREATE DATABASE "{name}"')
+        yield names
+    finally:
+        for name in names.values():
+            _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin(statement: str, disconnect: str | None = None) -> None:
+    """Run `statement` on the server's `postgres` database, after closing every connection to
+    the database `disconnect` (a template must have none)."""
+    import psycopg2
+
     admin = psycopg2.connect(host=POSTGRES[0], port=POSTGRES[1], user="postgres", dbname="postgres")
     admin.autocommit = True
     try:
         with admin.cursor() as cursor:
-            for name in names.values():
-                cursor.execute(f'CREATE DATABASE "{name}"')
-        yield names
+            if disconnect:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (disconnect,),
+                )
+            cursor.execute(statement)
     finally:
-        with admin.cursor() as cursor:
-            for name in names.values():
-                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
 
 
@@ -194,25 +206,6 @@ class ServicesSnapshot:
     def drop(self) -> None:
         for copy in self.databases.values():
             _admin(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
-
-
-def _admin(statement: str, disconnect: str | None = None) -> None:
-    """Run `statement` on the server's `postgres` database, after closing every connection to
-    the database `disconnect` (a template must have none)."""
-    import psycopg2
-
-    admin = psycopg2.connect(host=POSTGRES[0], port=POSTGRES[1], user="postgres", dbname="postgres")
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cursor:
-            if disconnect:
-                cursor.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                    (disconnect,),
-                )
-            cursor.execute(statement)
-    finally:
-        admin.close()
 
 
 @pytest.fixture(scope="session")
