@@ -38,6 +38,9 @@ $(ENV_STAMP): requirements.lock pyproject.toml
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps -e .
 	$(BIN)/python -m compileall -q $(PACKAGES)
+	@# Matplotlib's font list, built now: its first import otherwise runs fc-list, a process
+	@# started inside whichever test draws first (a unit test may start none).
+	$(BIN)/python -c "import matplotlib.font_manager"
 	@touch $@
 
 venv: $(ENV_STAMP)

@@ -16,6 +16,9 @@ from typing import Any
 
 from ml.task import TASKS
 
+STRATEGIES = ("ddp", "fsdp")
+"""`TrainConfig.strategy`'s choices."""
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -35,6 +38,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    architecture: str = "mlp"
+    """The network (`ml.model`): `mlp`, `ft_transformer`, or a team's own `torch.nn.Module` as
+    `package.module:ClassName` (the contract is in docs/training.md)."""
     hidden_sizes: tuple[int, ...] = (128, 64)
     """Widths of the MLP's hidden layers."""
     max_embedding_dim: int = 16
@@ -71,6 +77,12 @@ class TrainConfig:
     """How long a collective waits for a missing rank before failing (torch's default is 30 min)."""
     precision: str = "auto"
     """Compute precision: bf16 (autocast on CUDA), fp32, or auto (bf16 where the GPU has it)."""
+    strategy: str = "ddp"
+    """How ranks share the model: ddp (a replica on each) or fsdp (parameters, gradients and
+    optimizer state sharded over the ranks, FSDP2)."""
+    preemption_grace_s: int = 30
+    """Seconds between SIGTERM and SIGKILL that a preempted job has to write its checkpoint (the
+    pod's terminationGracePeriodSeconds is set to match)."""
 
     def __post_init__(self) -> None:
         if self.data.task not in TASKS:
@@ -91,6 +103,9 @@ class TrainConfig:
             "checkpoint_every_steps": self.checkpoint_every_steps > 0,
             "process_group_timeout_s": self.process_group_timeout_s > 0,
             "precision": self.precision in ("auto", "bf16", "fp32"),
+            "strategy": self.strategy in STRATEGIES,
+            "preemption_grace_s": self.preemption_grace_s > 0,
+            "model.architecture": bool(self.model.architecture.strip()),
         }
         for name, ok in checks.items():
             if not ok:

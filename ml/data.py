@@ -112,6 +112,11 @@ class Preprocessor:
         return 2 * len(self.numeric)
 
     @property
+    def outputs(self) -> int:
+        """The network's outputs per row for this task."""
+        return 1
+
+    @property
     def features(self) -> list[str]:
         """Every input column: the numeric ones, then the categorical ones."""
         return [*self.numeric, *self.categorical]

@@ -453,7 +453,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
     steps each time the parent says so (`_Group`), timed by the main process."""
     import torch.distributed as dist
 
-    from ml.model import TabularNet
+    from ml.model import build_model
     from ml.train import (
         autocast_dtype,
         data_parallel,
@@ -474,7 +474,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
         autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
         shards = Shards(probe.train_rows, ranks.world_size, config.seed)
         data = _random_rows(probe)
-        model = TabularNet(probe.numeric_width, list(probe.cardinalities), config.model)
+        model = build_model(probe.numeric_width, list(probe.cardinalities), 1, config.model)
         model = model.to(ranks.device)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay

@@ -1,4 +1,9 @@
-"""The model: an MLP over standardized numbers and embedded categories, one output per row."""
+"""The networks a use case can train, chosen by `model.architecture` (`build_model`).
+
+Every network takes `numeric` (batch, width) and `categorical` (batch, n) and returns one output
+per row, (batch,), or one per class, (batch, classes): a logit for a binary task, the standardized
+label for regression (`ml.task`).
+"""
 
 import math
 
@@ -7,6 +12,19 @@ from torch import nn
 
 from ml.config import ModelConfig
 
+MLP = "mlp"
+
+
+def build_model(
+    numeric_width: int, cardinalities: list[int], outputs: int, config: ModelConfig
+) -> nn.Module:
+    """The network `config.architecture` names, for inputs of the preprocessor's shapes
+    (`numeric_width` columns, one vocabulary size per categorical column) and `outputs` outputs
+    per row (1, or the number of classes)."""
+    if config.architecture == MLP:
+        return TabularNet(numeric_width, cardinalities, config, outputs)
+    raise ValueError(f"model.architecture={config.architecture!r}: must be one of {(MLP,)}")
+
 
 def embedding_dim(cardinality: int, max_dim: int) -> int:
     """Width of a category's embedding: grows with the square root of its vocabulary."""
@@ -14,10 +32,15 @@ def embedding_dim(cardinality: int, max_dim: int) -> int:
 
 
 class TabularNet(nn.Module):
-    """One output per row from `numeric` (batch, width) and `categorical` (batch, n): a logit
-    for a binary task, the standardized label for regression (`ml.task`)."""
+    """An MLP over the numbers and one embedding per categorical column."""
 
-    def __init__(self, numeric_width: int, cardinalities: list[int], config: ModelConfig):
+    def __init__(
+        self,
+        numeric_width: int,
+        cardinalities: list[int],
+        config: ModelConfig,
+        outputs: int = 1,
+    ):
         super().__init__()
         dims = [embedding_dim(n, config.max_embedding_dim) for n in cardinalities]
         self.embeddings = nn.ModuleList(
@@ -28,9 +51,11 @@ class TabularNet(nn.Module):
         for hidden in config.hidden_sizes:
             layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(config.dropout)]
             width = hidden
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, outputs))
         self.mlp = nn.Sequential(*layers)
+        self.outputs = outputs
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         embedded = [e(categorical[:, i]) for i, e in enumerate(self.embeddings)]
-        return self.mlp(torch.cat([numeric, *embedded], dim=1)).squeeze(1)
+        out = self.mlp(torch.cat([numeric, *embedded], dim=1))
+        return out.squeeze(1) if self.outputs == 1 else out

@@ -44,7 +44,7 @@ from ml.exits import EXIT_NOT_RETRYABLE, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import Metrics, binary_metrics, regression_metrics
-from ml.model import TabularNet
+from ml.model import build_model
 from ml.preflight import check, config_of
 from ml.task import BINARY, REGRESSION, task_named
 
@@ -154,9 +154,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     preprocessor = Preprocessor.fit(parts["train"], label if task.standardized_label else None)
     train_set = preprocessor.transform(parts["train"], label)
     validation_set = preprocessor.transform(parts["validation"], label)
-    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, config.model).to(
-        ranks.device
-    )
+    model = network(preprocessor, config).to(ranks.device)
     optim = config.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
     shards = Shards(len(train_set), ranks.world_size, config.seed)
@@ -269,7 +267,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
 class Trained:
     """A finished training run, loaded from its folder for evaluation and export."""
 
-    model: TabularNet
+    model: nn.Module
     """The best weights, on the CPU, in eval mode."""
     preprocessor: Preprocessor
     config: TrainConfig
@@ -300,7 +298,7 @@ def load_trained(folder: Path) -> Trained:
             f"training run {folder}: its preprocessor is for a {preprocessor.task.name} task,"
             f" its config for {config.data.task}"
         )
-    model = TabularNet(preprocessor.numeric_width, preprocessor.cardinalities, config.model)
+    model = network(preprocessor, config)
     weights = (folder / WEIGHTS).read_bytes()
     model.load_state_dict(load_file(folder / WEIGHTS))
     return Trained(
@@ -310,6 +308,13 @@ def load_trained(folder: Path) -> Trained:
         manifest=manifest,
         weights_sha256=hashlib.sha256(weights).hexdigest(),
         folder=folder,
+    )
+
+
+def network(preprocessor: Preprocessor, config: TrainConfig) -> nn.Module:
+    """The untrained network `config.model` names, shaped for `preprocessor`'s inputs and task."""
+    return build_model(
+        preprocessor.numeric_width, preprocessor.cardinalities, preprocessor.outputs, config.model
     )
 
 
