@@ -15,3 +15,8 @@ def leave(code: int | None) -> NoReturn:
     process (a worker, the node), and the memory goes back with the process anyway."""
     gc.freeze()
     sys.exit(code)
+
+EXIT_PREEMPTED = 75
+"""Stopped from outside (SIGTERM: a preempted node, an eviction) after writing a checkpoint
+(sysexits' EX_TEMPFAIL): the launcher retries from that checkpoint, and the attempt does not
+count as a failure of the model."""
