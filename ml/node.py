@@ -4,8 +4,10 @@ scheduler can act on.
     python -m ml.node --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train <train flags>
 
 The arguments are torchrun's. Before any worker starts, the environment is checked against
-requirements.lock (`ml.compat`) and then the training flags (config and training set): a
-difference or a bad flag exits at once with `EXIT_NOT_RETRYABLE`, as does a job whose
+requirements.lock (`ml.compat`), then the training flags (config and training set), then
+whether the training fits the memory of each rank (`ml.capacity`; the estimate is kept in the
+run's folder for rank 0 to report): a difference, a bad flag or a training too large exits at
+once with `EXIT_NOT_RETRYABLE`, as does a job whose
 workers failed with that code. Kubernetes' podFailurePolicy turns that code into "fail the Job
 now" instead of retrying a run that cannot succeed; any other failure exits 1 (retryable:
 a lost node, an eviction, a hung rank).
@@ -18,8 +20,11 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
+from ml.config import TrainConfig
 from ml.exits import EXIT_NOT_RETRYABLE, leave
 
 log = logging.getLogger("ml.node")
@@ -53,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.module and args.training_script == "ml.train":
         try:
             compat.require()  # first: in another environment the config's checks mean little
-            preflight.check(preflight.config_of(args.training_script_args))
+            config = preflight.config_of(args.training_script_args)
+            preflight.check(config)
+            check_capacity(args, config)
         except (ValueError, OSError) as error:
             log.error("not starting: %s", error)
             return EXIT_NOT_RETRYABLE
@@ -77,6 +84,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_NOT_RETRYABLE if EXIT_NOT_RETRYABLE in codes else 1
     return 0
+
+
+def check_capacity(args: Any, config: TrainConfig) -> None:
+    """Refuse (`ml.capacity.TooLarge`, a ValueError) a training whose estimate per rank is over
+    the memory each rank has here, with the fewest nodes torchrun may start; else keep the
+    estimate in the run's folder."""
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    from ml import capacity  # torch and the model: the estimate builds the network
+
+    began = time.perf_counter()
+    local_ranks = determine_local_world_size(args.nproc_per_node)
+    fewest_nodes, _ = parse_min_max_nnodes(args.nnodes)
+    found = capacity.check(config, world_size=fewest_nodes * local_ranks, local_ranks=local_ranks)
+    capacity.write(found, Path(config.output_dir))
+    log.info("%s (estimated in %.1f s)", found.describe(), time.perf_counter() - began)
 
 
 if __name__ == "__main__":
