@@ -10,23 +10,35 @@ resources/k8s_watch.py.
 Manifests are plain dicts built by pure functions of those settings (`pod_spec`, `indexed_job`,
 `headless_service`, `pytorch_job`), validated in tests against the Kubernetes and Kubeflow
 schemas. kubernetes is imported inside `connect` only: loading the code location must stay light.
+
+Every training pod gets `terminationGracePeriodSeconds` = the config's `preemption_grace_s` +
+`EXIT_MARGIN_S` (`termination_grace_period_s`), and its memory from the capacity estimate when
+`memory` is unset (`KubernetesLauncher.pod_memory`, `ml.capacity`); a `memory` below the
+estimate refuses the launch before any pod is created.
 """
 
 import hashlib
+import math
 import os
 import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator
 
 from ml.config import TrainConfig, to_args
+from ml.exits import EXIT_PREEMPTED
 from ml.node import EXIT_NOT_RETRYABLE
+from resources.capacity import refusal
 from resources.launchers import MessageHandler, TrainingLauncher
+
+if TYPE_CHECKING:
+    from ml.capacity import CapacityEstimate
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"
@@ -44,6 +56,24 @@ _LABEL_KEY = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_UNITS = {
+    **{"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18},
+    **{f"{p}i": 1024 ** (n + 1) for n, p in enumerate("KMGTPE")},
+}
+"""Kubernetes quantity suffixes: decimal (k, M, G...) and binary (Ki, Mi, Gi...)."""
+
+EXIT_MARGIN_S = 15
+"""Seconds a training pod is given past its config's `preemption_grace_s` before the kubelet's
+SIGKILL. Within the grace the workers write their checkpoint; the margin is for what follows:
+each worker leaves its process group and exits, torchrun (the container's first process, which
+passed SIGTERM on) notices at its next monitoring round and exits with the workers' code. A
+killed exit would lose that code (137 instead of 75) and the retry would count as a failure."""
+DEFAULT_MEMORY = "32Gi"
+"""A pod's memory when `memory` is unset and no estimate can be made here (the training set
+is on the cluster's volume only)."""
+MEMORY_HEADROOM = 0.25
+"""A pod's memory over the capacity estimate when `memory` is unset: the estimate's error
+(benchmark P14 holds it within 20%) and some more, since going over means an OOM kill."""
 
 
 class Toleration(dg.Config):
@@ -118,8 +148,12 @@ class KubernetesLauncher(TrainingLauncher):
     )
     threads_per_process: int = Field(default=4, ge=1, description="OMP_NUM_THREADS per worker.")
     cpu: str = Field(default="8", pattern=_QUANTITY, description="CPU request = limit, per pod.")
-    memory: str = Field(
-        default="32Gi", pattern=_QUANTITY, description="Memory request = limit, per pod."
+    memory: str | None = Field(
+        default=None,
+        pattern=_QUANTITY,
+        description="Memory request = limit, per pod. Unset: the capacity estimate of the "
+        f"training plus {MEMORY_HEADROOM:.0%} ({DEFAULT_MEMORY} when the training set is not "
+        "readable here); set below the estimate, the launch is refused.",
     )
     shm_size: str = Field(
         default="8Gi",
@@ -183,6 +217,50 @@ class KubernetesLauncher(TrainingLauncher):
         """torchrun --nproc-per-node: one worker per GPU, or the CPU workers."""
         return self.gpus_per_pod or self.cpu_processes_per_pod
 
+    @property
+    def world_size(self) -> int:
+        """The ranks of a launch: the pod's workers."""
+        return self.processes_per_pod
+
+    def pod_memory(self, config: TrainConfig) -> "PodMemory":
+        """The memory of each pod training `config`: `memory` when set, refused (`Failure`, not
+        retried) when below the capacity estimate; unset, the estimate plus `MEMORY_HEADROOM`.
+        The estimate is of host memory (`ml.capacity` on the CPU: on a GPU node the model's
+        state lives on the devices, which the node checks in the pod), for `world_size`
+        ranks, `processes_per_pod` of them in the pod beside torchrun's own process."""
+        from ml import capacity
+
+        if not Path(config.data.training_set).is_file():
+            why = "the training set is not readable here: the node checks it in the pod"
+            return PodMemory(self.memory or DEFAULT_MEMORY, why, None)
+        found = capacity.estimate(
+            config,
+            capacity.Shapes.of(config),
+            world_size=self.world_size,
+            device="cpu",
+            target_bytes=0,
+            target="",
+            probe_time=False,
+        )
+        ranks, node = self.processes_per_pod, found.runtime_bytes  # torchrun: a bare runtime
+        needed = ranks * found.total_bytes + node
+        if self.memory is None:
+            quantity = memory_quantity(needed * (1 + MEMORY_HEADROOM))
+            what = f"pod memory {quantity} / {ranks} rank(s), torchrun's {capacity.mib(node)} aside"
+            why = (
+                f"estimated {capacity.mib(needed)} ({ranks} rank(s) x"
+                f" {capacity.mib(found.total_bytes)} + torchrun's {capacity.mib(node)})"
+                f" + {MEMORY_HEADROOM:.0%} headroom"
+            )
+            target = (parse_quantity(quantity) - node) // ranks
+            return PodMemory(quantity, why, found.against(target, what))
+        target = max(parse_quantity(self.memory) - node, 0) // ranks
+        what = f"pod memory {self.memory} / {ranks} rank(s), torchrun's {capacity.mib(node)} aside"
+        checked = found.against(target, what)
+        if not checked.fits:
+            raise refusal(checked)
+        return PodMemory(self.memory, "as configured", checked)
+
     def limits(self) -> dict[str, str]:
         """The setting behind each Kubernetes failure reason that a limit causes."""
         return {"DeadlineExceeded": f"active_deadline_s={self.active_deadline_s}"}
@@ -245,12 +323,48 @@ class MultiNodeLauncher(KubernetesLauncher):
         default=3600, ge=0, description="The cluster deletes a finished Job after this long."
     )
 
+    @property
+    def world_size(self) -> int:
+        """The ranks of a launch: nodes x workers per pod."""
+        return self.nodes * self.processes_per_pod
+
     def limits(self) -> dict[str, str]:
         return {
             **super().limits(),
             "BackoffLimitExceeded": f"backoff_limit={self.backoff_limit} (pod failures; "
             "disruptions do not count)",
         }
+
+
+@dataclass(frozen=True)
+class PodMemory:
+    """A pod's memory, why it is that, and the capacity estimate it was checked against."""
+
+    quantity: str
+    """Request = limit, a Kubernetes quantity."""
+    why: str
+    estimate: "CapacityEstimate | None"
+    """Against the pod's memory per rank; None where the training set is not here."""
+
+
+def parse_quantity(quantity: str) -> int:
+    """Bytes of a Kubernetes memory quantity ("32Gi", "500M", "1.5Gi", "1073741824")."""
+    match = re.fullmatch(_QUANTITY, quantity)
+    if match is None:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
+    suffix = match.group(2) or ""
+    return math.ceil(float(quantity.removesuffix(suffix)) * _UNITS[suffix])
+
+
+def memory_quantity(count: float) -> str:
+    """`count` bytes as a quantity in whole MiB, rounded up."""
+    return f"{math.ceil(count / 2**20)}Mi"
+
+
+def termination_grace_period_s(config: TrainConfig) -> int:
+    """How long a training pod may take to stop after SIGTERM: the config's checkpoint grace
+    and `EXIT_MARGIN_S` to exit."""
+    return config.preemption_grace_s + EXIT_MARGIN_S
 
 
 # --- Manifests: pure functions of the launcher's settings -----------------------------------
@@ -318,10 +432,14 @@ def pod_spec(
     launcher: KubernetesLauncher,
     command: Sequence[str],
     env: Mapping[str, str],
+    config: TrainConfig,
     container: str = CONTAINER,
+    memory: str | None = None,
 ) -> dict[str, Any]:
-    """The PodSpec of one training node."""
-    resources = {"cpu": launcher.cpu, "memory": launcher.memory}
+    """The PodSpec of one training node of `config`, with `memory` (`pod_memory`; unset:
+    the setting, or `DEFAULT_MEMORY`)."""
+    memory = memory or launcher.memory or DEFAULT_MEMORY
+    resources = {"cpu": launcher.cpu, "memory": memory}
     if launcher.gpus_per_pod:
         resources["nvidia.com/gpu"] = str(launcher.gpus_per_pod)
     return {
@@ -329,6 +447,8 @@ def pod_spec(
         # Training needs no API access; a token in the pod would only be something to steal.
         "automountServiceAccountToken": False,
         "restartPolicy": "Never",
+        # SIGTERM (preemption, eviction, drain) to SIGKILL: the checkpoint, then the exit.
+        "terminationGracePeriodSeconds": termination_grace_period_s(config),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": launcher.run_as_user,
@@ -391,12 +511,21 @@ def headless_service(launcher: MultiNodeLauncher, name: str, run_id: str) -> dic
 
 
 def pod_failure_policy(container: str = CONTAINER) -> dict[str, Any]:
-    """Disruptions are not failures; exit code 78 fails the Job at once."""
+    """Disruptions are not failures, nor is exit code 75 (the training stopped from outside
+    after its checkpoint: the next pod resumes from it); exit code 78 fails the Job at once."""
     return {
         "rules": [
             {
                 "action": "Ignore",
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": container,
+                    "operator": "In",
+                    "values": [EXIT_PREEMPTED],
+                },
             },
             {
                 "action": "FailJob",
@@ -416,10 +545,13 @@ def indexed_job(
     run_id: str,
     config: TrainConfig,
     extra_env: Mapping[str, str],
+    memory: str | None = None,
 ) -> dict[str, Any]:
-    """The indexed Job of `launcher.nodes` pods, one torchrun node each."""
+    """The indexed Job of `launcher.nodes` pods, one torchrun node each, of `memory` each
+    (`pod_spec`)."""
     command = node_command(launcher, name, run_id, config)
-    spec = pod_spec(launcher, command, {**launch_env(launcher, run_id), **extra_env})
+    env = {**launch_env(launcher, run_id), **extra_env}
+    spec = pod_spec(launcher, command, env, config, memory=memory)
     spec["subdomain"] = name  # with the indexed Job's hostname: <name>-<index>.<name>
     spec["containers"][0]["ports"] = [{"name": "rdzv", "containerPort": launcher.rdzv_port}]
     return {
@@ -445,10 +577,12 @@ def pytorch_job(
     run_id: str,
     config: TrainConfig,
     extra_env: Mapping[str, str],
+    memory: str | None = None,
 ) -> dict[str, Any]:
     """The same training as a Kubeflow PyTorchJob (kubeflow.org/v1): one Master and
-    `nodes - 1` Workers. The operator sets PET_MASTER_ADDR/PORT and PET_NODE_RANK, which
-    torchrun reads: static rendezvous, node rank 0 (global rank 0) on the Master."""
+    `nodes - 1` Workers of `memory` each (`pod_spec`). The operator sets PET_MASTER_ADDR/PORT
+    and PET_NODE_RANK, which torchrun reads: static rendezvous, node rank 0 (global rank 0) on
+    the Master."""
     command = [
         *("python", "-m", "ml.node"),
         *("--nnodes", str(launcher.nodes), "--nproc-per-node", str(launcher.processes_per_pod)),
@@ -456,13 +590,15 @@ def pytorch_job(
         *("-m", "ml.train", *to_args(config)),
     ]
     env = {**launch_env(launcher, run_id), **extra_env}
-    spec = pod_spec(launcher, command, env, container=PYTORCHJOB_CONTAINER)
+    spec = pod_spec(launcher, command, env, config, PYTORCHJOB_CONTAINER, memory)
     # The operator takes the Master's port from this port name (PET_MASTER_PORT).
     spec["containers"][0]["ports"] = [
         {"name": "pytorchjob-port", "containerPort": launcher.rdzv_port}
     ]
     # PyTorchJob v1 has no podFailurePolicy: the operator restarts failed pods up to
-    # backoffLimit, exit code 78 included (the indexed Job fails those at once).
+    # backoffLimit, exit code 78 included (the indexed Job fails those at once). OnFailure,
+    # not ExitCode: the operator's ExitCode policy retries only codes from 128 up, which would
+    # take a preempted worker's 75 for a permanent failure.
     spec["restartPolicy"] = "OnFailure"
 
     def replicas(count: int) -> dict[str, Any]:

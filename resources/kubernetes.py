@@ -23,6 +23,10 @@ session: the other ranks write no Pipes messages, so rank 0's messages arrive fr
 pod hosts it, and every other line goes to the step's stdout. This works unchanged for the
 PyTorchJob (static rendezvous, rank 0 on the Master) and costs one log stream per node.
 
+Before anything is created, each pod's memory is settled (`KubernetesLauncher.pod_memory`): the
+setting, checked against the capacity estimate of the training (a setting below it refuses the
+launch, not retried), or unset, the estimate plus headroom; the node checks again in the pod.
+
 What decides the outcome is the Job's status, not the logs: Complete, or Failed with
 Kubernetes' reason. The podFailurePolicy fails the Job at once on `ml.node`'s exit code 78 (bad
 config, input or code: retrying cannot help) and does not count disruptions (preemption,
@@ -88,7 +92,9 @@ class K8sPod(KubernetesLauncher):
         run_id = context.run.run_id
         name = launch_name(run_id, context.retry_number)
         command = standalone_command(self, config)
-        spec = pod_spec(self, command, launch_env(self, run_id))
+        memory = self.pod_memory(config)  # refused here, before any pod, if it cannot fit
+        context.log.info(f"pod memory {memory.quantity}: {memory.why}")
+        spec = pod_spec(self, command, launch_env(self, run_id), config, memory=memory.quantity)
         spec["activeDeadlineSeconds"] = self.active_deadline_s
         client = PipesK8sClient(
             load_incluster_config=self.load_incluster_config,
@@ -149,6 +155,8 @@ class K8sMultiNode(MultiNodeLauncher):
 
         run_id = context.run.run_id
         name = launch_name(run_id, context.retry_number)
+        memory = self.pod_memory(config)  # refused here, before any pod, if it cannot fit
+        context.log.info(f"pod memory {memory.quantity}: {memory.why}")
         workload = (_IndexedJob if self.flavor == "indexed-job" else _PyTorchJob)(self, apis, name)
         reader = PipesK8sPodLogsMessageReader()
         with (
@@ -160,12 +168,17 @@ class K8sMultiNode(MultiNodeLauncher):
             forwarding(session, on_message),
         ):
             try:
-                workload.create(run_id, config, session.get_bootstrap_env_vars())
+                workload.create(run_id, config, session.get_bootstrap_env_vars(), memory.quantity)
                 context.log.info(f"launched {self.flavor} {name} in namespace {self.namespace}")
                 wait_for(workload, self, apis, context, reader)
             finally:
                 workload.delete()
-        metadata = {"kubernetes_job": name, "namespace": self.namespace, "image": self.image}
+        metadata = {
+            "kubernetes_job": name,
+            "namespace": self.namespace,
+            "image": self.image,
+            "pod_memory": f"{memory.quantity} ({memory.why})",
+        }
         invocation = dg.PipesClientCompletedInvocation(session, metadata=metadata)
         return invocation.get_materialize_result(implicit_materialization=False)
 
@@ -177,10 +190,12 @@ class _IndexedJob:
         self.launcher, self.apis, self.name = launcher, apis, name
         self.namespace = launcher.namespace
 
-    def create(self, run_id: str, config: TrainConfig, extra_env: Mapping[str, str]) -> None:
+    def create(
+        self, run_id: str, config: TrainConfig, extra_env: Mapping[str, str], memory: str
+    ) -> None:
         """The Service first: the rendezvous host's name must resolve when the pods start."""
         service = headless_service(self.launcher, self.name, run_id)
-        job = indexed_job(self.launcher, self.name, run_id, config, extra_env)
+        job = indexed_job(self.launcher, self.name, run_id, config, extra_env, memory)
         self.apis.core.create_namespaced_service(self.namespace, service)
         created = self.apis.batch.create_namespaced_job(self.namespace, job)
         # Owned by the Job, the Service goes with it, even if this process dies before cleanup.
@@ -224,8 +239,10 @@ class _PyTorchJob:
         self.launcher, self.apis, self.name = launcher, apis, name
         self.namespace = launcher.namespace
 
-    def create(self, run_id: str, config: TrainConfig, extra_env: Mapping[str, str]) -> None:
-        body = pytorch_job(self.launcher, self.name, run_id, config, extra_env)
+    def create(
+        self, run_id: str, config: TrainConfig, extra_env: Mapping[str, str], memory: str
+    ) -> None:
+        body = pytorch_job(self.launcher, self.name, run_id, config, extra_env, memory)
         self.apis.custom.create_namespaced_custom_object(
             *PYTORCHJOB[:2], self.namespace, PYTORCHJOB[2], body
         )

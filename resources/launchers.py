@@ -21,6 +21,7 @@ from pydantic import Field
 from ml.config import TrainConfig, to_args
 from ml.files import FILE_MODE, umask_for
 from ml.node import EXIT_NOT_RETRYABLE, local_command
+from resources.capacity import check_here
 from resources.lake import FileMode
 
 NODE_LOGGER = " ml.node "
@@ -127,6 +128,7 @@ class LocalTorchrun(TrainingLauncher):
         config: TrainConfig,
         on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
+        check_here(config, self.processes or 1)  # before any process, the layout's probes too
         resumed = self.resume_earlier_attempt(config)
         if resumed is not None:
             context.log.info(f"resuming from {resumed}, left by an earlier run that did not end")

@@ -67,7 +67,8 @@ def one_pod(**overrides: Any) -> K8sPod:
 def core_manifests(launcher: K8sMultiNode) -> dict[str, dict[str, Any]]:
     """The Pod (K8sPod's spec, wrapped), the Job and the Service, as they would be sent."""
     name = launch_name(RUN_ID, 0)
-    spec = pod_spec(launcher, standalone_command(launcher, CONFIG), launch_env(launcher, RUN_ID))
+    command = standalone_command(launcher, CONFIG)
+    spec = pod_spec(launcher, command, launch_env(launcher, RUN_ID), CONFIG)
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
     return {
         "Pod": pod,
@@ -197,11 +198,15 @@ def test_every_node_runs_torchrun_with_c10d_rendezvous_on_the_pod_of_index_0():
     assert indexed_job(launcher, name, RUN_ID, CONFIG, PIPES_ENV) == job  # deterministic
 
 
-def test_the_job_fails_at_once_on_exit_78_and_ignores_disruptions():
+def test_the_job_fails_at_once_on_exit_78_and_ignores_disruptions_and_exit_75():
     launcher = multi_node(backoff_limit=5, active_deadline_s=7200, ttl_after_finished_s=600)
     spec = indexed_job(launcher, "train-x-0", RUN_ID, CONFIG, {})["spec"]
     assert spec["podFailurePolicy"]["rules"] == [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {
+            "action": "Ignore",
+            "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [75]},
+        },
         {
             "action": "FailJob",
             "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [78]},
@@ -254,7 +259,7 @@ def test_every_pod_is_non_root_limited_placed_and_mounts_shm_and_checkpoints():
 
 def test_a_cpu_pod_asks_for_no_gpu_and_runs_the_cpu_workers():
     launcher = multi_node(gpus_per_pod=0, cpu_processes_per_pod=3)
-    spec = pod_spec(launcher, standalone_command(launcher, CONFIG), {})
+    spec = pod_spec(launcher, standalone_command(launcher, CONFIG), {}, CONFIG)
     container = spec["containers"][0]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert container["command"][:9] == [
