@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -524,11 +525,14 @@ def check(
     world_size: int,
     local_ranks: int,
     target: tuple[int, str] | None = None,
+    device: str | None = None,
     runtime: int | None = None,
+    probe_time: bool = True,
 ) -> CapacityEstimate:
-    """The estimate of `config` on this machine (or against `target`: bytes per rank and what
-    it is); raises `TooLarge`, whose message has every number, when it does not fit."""
-    device = "cuda" if _cuda() else "cpu"
+    """The estimate of `config` on this machine's device (or on `device`, against `target`:
+    bytes per rank and what it is); raises `TooLarge`, whose message has every number, when
+    it does not fit."""
+    device = device or ("cuda" if _cuda() else "cpu")
     target_bytes, what = target or target_memory(device, local_ranks)
     found = estimate(
         config,
@@ -538,6 +542,7 @@ def check(
         target_bytes=target_bytes,
         target=what,
         runtime=runtime,
+        probe_time=probe_time,
     )
     if not found.fits:
         raise TooLarge(found)
@@ -639,6 +644,22 @@ def largest_over_ranks(value: int, device: "torch.device") -> int:
     tensor = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return int(tensor.item())
+
+
+def measured_against_estimate(result: Mapping[str, Any]) -> dict[str, float]:
+    """A run's measured peak (largest rank) and the node's estimate, in MiB, and the estimate's
+    error relative to the peak, from its reported `ml.train.TrainResult`; what is not in it
+    (no estimate made, an older result) is left out."""
+    out: dict[str, float] = {}
+    peak = result.get("peak_memory_bytes") or 0
+    if peak:
+        out["peak_memory_mib"] = round(peak / 2**20, 1)
+    estimate = result.get("capacity")
+    if isinstance(estimate, Mapping):
+        out["estimated_memory_mib"] = round(estimate["total_bytes"] / 2**20, 1)
+        if peak:
+            out["memory_estimate_error"] = round((estimate["total_bytes"] - peak) / peak, 4)
+    return out
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from declare import UseCase
+from ml.capacity import measured_against_estimate
 from ml.config import TrainConfig
 from ml.files import atomic_write
 from ml.results import FilePath, Link, TrainedRun, image
@@ -187,6 +188,8 @@ class TrainingOutcome:
             # To the sample in the table (result.json keeps every digit).
             "samples_per_s": round(throughput, 0) if isinstance(throughput, float) else throughput,
             "precision": result["precision"],
+            **measured_against_estimate(result),
+            **({"capacity_estimate": result["capacity"]} if result.get("capacity") else {}),
             "world_size": self.manifest["world_size"],
             "layout": self.layout,
             "resumed_from": result["resumed_from"] or "none",
@@ -226,7 +229,10 @@ def trained_run(
             sink.write(plot)
     tracked = tracker.finish(
         epochs=_epochs(result),
-        metrics={f"validation_{k}": v for k, v in result["validation"].items() if v is not None},
+        metrics={
+            **{f"validation_{k}": v for k, v in result["validation"].items() if v is not None},
+            **measured_against_estimate(result),
+        },
         tags={
             "data_fingerprint": manifest["data_fingerprint"],
             "git_commit": manifest["git_commit"],

@@ -1,0 +1,208 @@
+"""The capacity estimate's arithmetic: what each strategy holds per rank, activations counted
+from what autograd saves, the verdict and its message; and the Kubernetes quantities and grace
+period it sizes pods with. Real trainings against the estimate are in
+tests/integration/test_capacity.py."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from ml import capacity
+from ml.capacity import CapacityEstimate, Shapes, TooLarge
+from ml.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
+from ml.model import build_model
+from resources.k8s_manifests import (
+    EXIT_MARGIN_S,
+    memory_quantity,
+    parse_quantity,
+    termination_grace_period_s,
+)
+
+pytestmark = pytest.mark.unit
+
+SHAPES = Shapes(
+    numeric_width=6,
+    cardinalities=(5, 40),
+    outputs=1,
+    train_rows=1_000,
+    validation_rows=200,
+    frame_bytes=300_000,
+    parts_bytes=280_000,
+)
+RUNTIME = 400 * 2**20
+"""A runtime's resident set, given: measuring it starts a process."""
+
+
+def meta_model(hidden: tuple[int, ...] = (64, 32)) -> nn.Module:
+    with torch.device("meta"):
+        return build_model(6, [5, 40], 1, ModelConfig(hidden_sizes=hidden))
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * 4 for p in model.parameters())
+
+
+def estimate(config: TrainConfig, world_size: int = 1, target: int = 2**40) -> CapacityEstimate:
+    return capacity.estimate(
+        config,
+        SHAPES,
+        world_size=world_size,
+        device="cpu",
+        target_bytes=target,
+        target="given",
+        runtime=RUNTIME,
+        probe_time=False,
+    )
+
+
+def test_a_meta_build_allocates_nothing_and_counts_every_parameter():
+    model = meta_model((100_000, 100_000))  # 10 billion parameters: 40 GB if allocated
+    memory = capacity.model_memory(model, "ddp", 1, "cpu")
+    assert memory.parameters == parameter_bytes(model) > 40 * 10**9
+    assert memory.gradients == memory.parameters
+    assert memory.optimizer == 2 * memory.parameters  # AdamW: two fp32 moments
+    assert memory.buckets == 0  # one rank: no DDP
+
+
+def test_ddp_adds_a_copy_of_the_gradients_as_buckets_with_several_ranks():
+    model = meta_model()
+    whole = parameter_bytes(model)
+    memory = capacity.model_memory(model, "ddp", 4, "cpu")
+    assert (memory.parameters, memory.buckets, memory.gathered) == (whole, whole, 0)
+
+
+def test_fsdp_divides_the_state_by_the_world_size_and_gathers_the_largest_unit():
+    model = meta_model((512, 256))
+    whole = parameter_bytes(model)
+    memory = capacity.model_memory(model, "fsdp", 4, "cpu")
+    assert whole / 4 <= memory.parameters <= whole / 4 + 4 * sum(1 for _ in model.parameters())
+    assert memory.optimizer == 2 * memory.parameters and memory.buckets == 0
+    largest_unit = max(parameter_bytes(child) for child in model.children())
+    assert memory.gathered == 2 * largest_unit  # its parameters and their gradients
+    assert capacity.model_memory(model, "fsdp", 1, "cpu").gathered == 0
+
+
+def test_on_a_gpu_adamw_steps_all_parameters_at_once_and_serialization_is_not_on_the_device():
+    model = meta_model((512, 256))
+    cpu = capacity.model_memory(model, "ddp", 1, "cpu")
+    cuda = capacity.model_memory(model, "ddp", 1, "cuda")
+    largest = max(p.numel() * 4 for p in model.parameters())
+    assert cpu.optimizer_step == 2 * largest and cuda.optimizer_step == cuda.parameters
+    assert cpu.serialization == 2 * cpu.parameters and cuda.serialization == 0
+
+
+def test_saved_activations_exclude_parameters_count_a_shared_tensor_once_and_scale_with_rows():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = nn.Linear(8, 16), nn.Linear(16, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.relu(self.first(x)))
+
+    with torch.device("meta"):
+        net = Net()
+    rows = 1_000
+    counted = capacity.saved_activation_bytes(net, (torch.empty(rows, 8, device="meta"),))
+    # The input (rows x 8), the ReLU's output, saved by it and by the next layer (rows x 16),
+    # and the largest again; no weight.
+    assert counted == 4 * rows * (8 + 16) + 4 * rows * 16
+    doubled = capacity.saved_activation_bytes(net, (torch.empty(2 * rows, 8, device="meta"),))
+    assert doubled == 2 * counted
+
+
+def test_data_on_a_gpu_is_the_epoch_block_and_the_validation_split_only():
+    on_cpu = capacity.data_bytes(SHAPES, 2, "cpu")
+    on_gpu = capacity.data_bytes(SHAPES, 2, "cuda")
+    row = SHAPES.row_bytes
+    assert on_gpu == 500 * row + 200 * row
+    assert on_cpu == 300_000 + 280_000 + 1_200 * row + 500 * row
+
+
+def test_the_total_is_what_is_held_plus_the_largest_passing_component():
+    found = estimate(TrainConfig(model=ModelConfig(hidden_sizes=(256, 256))))
+    held = sum(v for k, v in found.components.items() if k not in CapacityEstimate.PASSING)
+    passing = [found.activations_bytes, found.optimizer_step_bytes, found.serialization_bytes]
+    assert found.total_bytes == held + max(passing)
+    assert found.runtime_bytes == RUNTIME and found.retained_bytes == 0
+    assert found.fits and found.over_bytes == 0
+
+
+def test_a_model_too_large_says_by_how_much_with_every_component():
+    config = TrainConfig(model=ModelConfig(hidden_sizes=(100_000, 100_000)))
+    found = estimate(config, target=16 * 2**30)
+    assert not found.fits
+    assert found.over_bytes == found.total_bytes - 16 * 2**30
+    message = found.describe()
+    assert "does not fit" in message and capacity.mib(found.over_bytes) in message
+    for name in ("parameters", "gradients", "optimizer", "activations", "runtime"):
+        assert name in message
+    assert capacity.mib(found.total_bytes) in message and "16,384.0 MiB (given)" in message
+
+
+def test_fsdp_needs_less_per_rank_than_ddp_on_more_ranks():
+    config = TrainConfig(model=ModelConfig(hidden_sizes=(2048, 2048)))
+    ddp = estimate(config, world_size=4)
+    fsdp = estimate(replace(config, strategy="fsdp"), world_size=4)
+    state = ("parameters", "gradients", "optimizer")
+    assert all(fsdp.components[k] < ddp.components[k] / 3 for k in state)
+
+
+def test_check_reads_the_training_set_and_refuses_before_building_anything(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "f__number": rng.normal(size=100),
+            "f__word": rng.choice(["a", "b", "c"], 100),
+            "label": rng.integers(0, 2, 100),
+            "split": ["train"] * 80 + ["validation"] * 20,
+        }
+    )
+    frame.to_parquet(tmp_path / "set.parquet")
+    huge = TrainConfig(
+        data=DataConfig(training_set=str(tmp_path / "set.parquet")),
+        model=ModelConfig(hidden_sizes=(100_000, 100_000)),
+        optim=OptimConfig(batch_size=64),
+    )
+    shapes = Shapes.of(huge)
+    assert (shapes.numeric_width, shapes.cardinalities) == (2, (4,))
+    assert (shapes.train_rows, shapes.validation_rows) == (80, 20)
+    with pytest.raises(TooLarge, match="does not fit") as refused:
+        capacity.check(huge, world_size=2, local_ranks=2, target=(2**30, "1 GiB"), runtime=RUNTIME)
+    assert refused.value.estimate.world_size == 2
+    assert refused.value.estimate.seconds_per_epoch is None  # no probe of what cannot fit
+
+
+def test_measured_against_estimate_reports_what_the_result_has():
+    result = {"peak_memory_bytes": 500 * 2**20, "capacity": {"total_bytes": 450 * 2**20}}
+    assert capacity.measured_against_estimate(result) == {
+        "peak_memory_mib": 500.0,
+        "estimated_memory_mib": 450.0,
+        "memory_estimate_error": -0.1,
+    }
+    assert capacity.measured_against_estimate({"peak_memory_bytes": 0, "capacity": None}) == {}
+
+
+@pytest.mark.parametrize(
+    ("quantity", "count"),
+    [("32Gi", 32 * 2**30), ("500M", 500 * 10**6), ("1.5Gi", 3 * 2**29), ("1024", 1024)],
+)
+def test_kubernetes_quantities_parse_to_bytes(quantity, count):
+    assert parse_quantity(quantity) == count
+
+
+def test_a_pod_memory_quantity_rounds_up_to_whole_mib():
+    assert memory_quantity(2**20 + 1) == "2Mi"
+    assert parse_quantity(memory_quantity(123_456_789)) >= 123_456_789
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity("lots")
+
+
+def test_the_grace_period_is_the_checkpoint_grace_and_the_exit_margin():
+    config = TrainConfig(preemption_grace_s=45)
+    assert termination_grace_period_s(config) == 45 + EXIT_MARGIN_S
