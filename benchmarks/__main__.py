@@ -29,7 +29,7 @@ from benchmarks.harness import REPEATS, Ratio, as_json, measure, median
 from benchmarks.training_speed import wait_for_quiet
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
-IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12")
+IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P14")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,10 @@ class Sizes:
     serving_batches: tuple[int, ...] = (1, 64, 4096, 65536)
     serving_blocks: int = 6
     endtoend_blocks: int = 4
+    capacity_rows: int = 3_000
+    """P14's training set (2,100 train rows): one epoch of the widest case in seconds."""
+    capacity_cases: int = 4
+    """P14's cases (`benchmarks.capacity_error.CASES`), from the first."""
     smoke: bool = False
 
 
@@ -84,6 +88,8 @@ SMOKE = Sizes(
     serving_batches=(64,),
     serving_blocks=1,
     endtoend_blocks=1,
+    capacity_rows=600,
+    capacity_cases=1,
     smoke=True,
 )
 """Toy sizes: each benchmark's whole path in seconds. P2 runs `make run` once, at 2x rows of
@@ -414,6 +420,31 @@ def p11_memory(folder: Path, info: bool, sizes: Sizes) -> list[Ratio]:
     return ratios
 
 
+def p14_capacity(sizes: Sizes) -> list[Ratio]:
+    """Per case (`benchmarks.capacity_error`), the median over fresh trainings of
+    |estimated - measured peak| ÷ measured; estimated and measured in MiB beside it."""
+    from benchmarks.capacity_error import CASES
+
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="bench-capacity-") as folder:
+        data = Path(folder) / "training_set.parquet"
+        argv = ["-m", "benchmarks.capacity_error", "data", str(data)]
+        subprocess.run([sys.executable, *argv, "--rows", str(sizes.capacity_rows)], check=True)
+        for case in CASES[: sizes.capacity_cases]:
+            settle(sizes)
+            runs = measure(case.argv(data), sizes.few)
+            ratio = Ratio.judged(
+                "P14",
+                f"capacity estimate's error, {case.name}",
+                median(runs, "estimated_bytes") / 2**20,
+                median(runs, "peak_bytes") / 2**20,
+                median(runs, "error"),
+                "<= 0.2",
+            )
+            ratios.append(replace(ratio, unit="MiB"))
+    return ratios
+
+
 HEADER = "id   ratio" + " " * 56 + "value   target          (numerator / denominator)"
 
 
@@ -511,6 +542,9 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
             if "P11" in wanted:
                 with table.part("P11"):
                     table.add(*p11_memory(Path(folder), info, sizes))
+    if "P14" in wanted:
+        with table.part("P14"):
+            table.add(*p14_capacity(sizes))
     print()
     print(HEADER)
     for ratio in table.ratios:
