@@ -93,6 +93,45 @@ def run(out: Path, data: Path, gpus: int, hidden: str, batch: int, epochs: int) 
     return {"wall_s": time.perf_counter() - began, **result}
 
 
+def capacity_rows(out: Path) -> list[dict]:
+    """Every run under `out`: the node's capacity estimate on the GPU (`ml.capacity`, made
+    before the workers started) against the largest rank's measured
+    `torch.cuda.max_memory_allocated` (`TrainResult.peak_memory_bytes`), and P14's error,
+    |estimated - measured| / measured, with the estimate's components."""
+    rows = []
+    for path in sorted(out.glob("run-*/result.json")):
+        result = json.loads(path.read_text())
+        estimate, peak = result.get("capacity"), result.get("peak_memory_bytes") or 0
+        row: dict = {"run": path.parent.name, "peak_mib": peak / 2**20}
+        if estimate and peak:
+            row |= {
+                "device": estimate["device"],
+                "estimated_mib": estimate["total_bytes"] / 2**20,
+                "error": abs(estimate["total_bytes"] - peak) / peak,
+                "components_mib": {
+                    k.removesuffix("_bytes"): v / 2**20
+                    for k, v in estimate.items()
+                    if k.endswith("_bytes") and k not in ("target_bytes", "total_bytes")
+                },
+            }
+        rows.append(row)
+    return rows
+
+
+def print_capacity(rows: list[dict]) -> None:
+    print("\nP14 on the GPU: capacity estimate vs measured max_memory_allocated (target <= 0.2)")
+    for row in rows:
+        if "estimated_mib" not in row:
+            print(f"  {row['run']:<28} no estimate in its result (peak {row['peak_mib']:,.1f} MiB)")
+            continue
+        parts = ", ".join(f"{k} {v:,.0f}" for k, v in row["components_mib"].items() if v)
+        print(
+            f"  {row['run']:<28} estimated {row['estimated_mib']:>10,.1f} MiB"
+            f"  measured {row['peak_mib']:>10,.1f} MiB  error {row['error']:.3f}"
+            f"  ({row['device']}; {parts})"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/gpu_check"))
@@ -145,6 +184,9 @@ def main() -> int:
             f"  AUC {row['validation_roc_auc']:.3f}  ({row['wall_s']:.0f} s)"
         )
     (args.out / "gpu_check.json").write_text(json.dumps(rows, indent=2))
+    capacity = capacity_rows(args.out)
+    print_capacity(capacity)
+    (args.out / "capacity.json").write_text(json.dumps(capacity, indent=2))
     return 0
 
 

@@ -29,7 +29,9 @@ the measured peak the process's maximum resident set.
 
 The time per epoch comes from a short probe: a few timed steps of the trainer's own step
 (`ml.train.train_step`) at the configured batch, in this process, when the unsharded model and
-its optimizer fit here; one rank's compute, without the all-reduce.
+its optimizer fit here; one rank's compute, without the all-reduce. On a GPU there is no probe
+before launch (the node would hold a CUDA context for the whole run): no time, and activations
+counted in fp32 (under bf16 autocast they take less).
 
 Which component is worth what, measured against real trainings, is in docs/training.md
 ("Capacity").
@@ -71,6 +73,10 @@ RUNTIME_PROBE = "runtime"
 """`python -m ml.capacity runtime`: a fresh process that loads what a trainer loads and prints
 its peak resident set (`runtime_probe`)."""
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
+DEVICE_PROBE = (
+    "import torch; print(min(torch.cuda.get_device_properties(i).total_memory"
+    " for i in range(torch.cuda.device_count())))"
+)
 
 
 class TooLarge(ValueError):
@@ -320,6 +326,17 @@ def saved_activation_bytes(model: "nn.Module", inputs: tuple["torch.Tensor", ...
     return sum(sizes) + max(sizes, default=0)
 
 
+def activation_bytes(model: "nn.Module", shapes: Shapes, config: TrainConfig, device: str) -> int:
+    """`saved_activation_bytes` of `model` (on the meta device) at the configured batch. Autocast
+    does not act on meta tensors: under bf16 autocast on a GPU (precision bf16, or auto), the
+    matmuls save bf16 copies of their inputs and of their weights instead, so the floating
+    activations take half and the weights' bf16 copies are added."""
+    counted = saved_activation_bytes(model, random_inputs(shapes, config.optim.batch_size, "meta"))
+    if device == "cuda" and config.precision != "fp32":
+        return counted // 2 + _bytes(model.parameters()) // 2
+    return counted
+
+
 def random_inputs(
     shapes: Shapes, rows: int, device: str, seed: int = 0
 ) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -501,7 +518,7 @@ def estimate(
         data_bytes=data_bytes(shapes, world_size, device),
         runtime_bytes=runtime,
         retained_bytes=0,
-        activations_bytes=saved_activation_bytes(model, random_inputs(shapes, batch, "meta")),
+        activations_bytes=activation_bytes(model, shapes, config, device),
         optimizer_step_bytes=memory.optimizer_step,
         serialization_bytes=memory.serialization,
         target_bytes=target_bytes,
@@ -509,7 +526,7 @@ def estimate(
     )
     # The probe trains the whole model here: only when its state fits what this process has.
     unsharded = (2 + ADAM_MOMENTS) * memory.unsharded_parameters + found.activations_bytes
-    if probe_time and found.fits and unsharded <= available_memory():
+    if probe_time and device == "cpu" and found.fits and unsharded <= available_memory():
         torch.manual_seed(config.seed)
         steps = math.ceil(math.ceil(shapes.train_rows / world_size) / batch)
         probe = probe_steps(build(), shapes, config)
@@ -559,13 +576,20 @@ def target_memory(device: str, local_ranks: int) -> tuple[int, str]:
     """(bytes per rank, what that is): a GPU's memory (each rank has its own), or the memory
     this machine has available (its cgroup's limit where lower) shared by the ranks on it."""
     if device == "cuda":
-        import torch
-
-        index = torch.cuda.current_device()
-        total = torch.cuda.get_device_properties(index).total_memory
-        return total, f"cuda:{index} memory, {mib(total)}"
+        total = device_memory()
+        return total, f"the smallest GPU's memory, {mib(total)}"
     available = available_memory()
     return available // local_ranks, f"{mib(available)} available here / {local_ranks} rank(s)"
+
+
+def device_memory() -> int:
+    """Bytes of memory of the smallest visible GPU, asked of a fresh process: in this one,
+    `torch.cuda.get_device_properties` would create a CUDA context that stays for the whole
+    run, taking hundreds of MiB from the GPU of rank 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", DEVICE_PROBE], check=True, capture_output=True, text=True
+    )
+    return int(done.stdout.split()[-1])
 
 
 def available_memory() -> int:
