@@ -42,7 +42,6 @@ import json
 import logging
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ml import memory
 from ml.config import TrainConfig
+from ml.memory import resident_bytes, resident_peak_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,9 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ml.capacity")
 
-ESTIMATE_FILE = "capacity.json"
-"""The estimate the node made before starting the workers, in the run's folder; rank 0 reports
-it with its result."""
 ADAM_MOMENTS = 2
 """AdamW keeps two fp32 tensors the size of each parameter (exp_avg, exp_avg_sq)."""
 WARMUP_STEPS = 2
@@ -610,64 +608,8 @@ def available_memory() -> int:
 
 
 def write(found: CapacityEstimate, output_dir: Path) -> None:
-    """Keep `found` in the run's folder for rank 0 to report (`read`)."""
-    from ml.files import atomic_write
-
-    folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    with atomic_write(folder / ESTIMATE_FILE, "w") as sink:
-        json.dump(found.as_dict(), sink, indent=2)
-
-
-def read(output_dir: str | Path) -> dict[str, Any] | None:
-    """The estimate the node wrote for this run, or None when none was made."""
-    path = Path(output_dir) / ESTIMATE_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def peak_memory_bytes(device: "torch.device") -> int:
-    """This process's measured peak: `torch.cuda.max_memory_allocated` on a GPU, the peak
-    resident set on a CPU (`resident_peak_bytes`)."""
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.max_memory_allocated(device))
-    return resident_peak_bytes()
-
-
-def resident_peak_bytes() -> int:
-    """This process's peak resident set: VmHWM, which starts afresh with the program; else
-    ru_maxrss, which Linux carries over from the process that started this one (a worker
-    would report its launcher's size when that was larger)."""
-    value = _status_bytes("VmHWM")
-    return value if value is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def resident_bytes() -> int | None:
-    """This process's resident set now (VmRSS), or None where Linux's /proc is missing."""
-    return _status_bytes("VmRSS")
-
-
-def _status_bytes(field: str) -> int | None:
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024  # in kB
-    return None
-
-
-def largest_over_ranks(value: int, device: "torch.device") -> int:
-    """The largest `value` of all ranks (every rank calls it), or `value` alone."""
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return value
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
+    """Keep `found` in the run's folder for rank 0 to report (`ml.memory.read_estimate`)."""
+    memory.write_estimate(found.as_dict(), output_dir)
 
 
 def measured_against_estimate(result: Mapping[str, Any]) -> dict[str, float]:

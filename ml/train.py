@@ -36,7 +36,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
-from ml import capacity, checkpoint, holds
+from ml import checkpoint, holds, memory
 from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
@@ -90,7 +90,7 @@ class TrainResult:
     """The task's metrics (`ml.metrics.BinaryMetrics` or `RegressionMetrics`) of the best
     weights on the validation split."""
     peak_memory_bytes: int = 0
-    """The largest rank's measured peak memory (`ml.capacity.peak_memory_bytes`)."""
+    """The largest rank's measured peak memory (`ml.memory.peak_memory_bytes`)."""
     capacity: dict[str, Any] | None = None
     """The node's estimate before the workers started (`ml.capacity`), if it made one."""
 
@@ -260,10 +260,10 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         precision=str(dtype or torch.float32).removeprefix("torch."),
         samples_per_s=trained_rows / training_s if training_s else math.nan,
         validation=validation.as_dict(),
-        peak_memory_bytes=capacity.largest_over_ranks(
-            capacity.peak_memory_bytes(ranks.device), ranks.device
+        peak_memory_bytes=memory.largest_over_ranks(
+            memory.peak_memory_bytes(ranks.device), ranks.device
         ),
-        capacity=capacity.read(config.output_dir),
+        capacity=memory.read_estimate(config.output_dir),
     )
     if ranks.is_main:
         (Path(config.output_dir) / RESULT).write_text(json.dumps(asdict(result), indent=2))

@@ -597,8 +597,8 @@ def pytorch_job(
     ]
     # PyTorchJob v1 has no podFailurePolicy: the operator restarts failed pods up to
     # backoffLimit, exit code 78 included (the indexed Job fails those at once). OnFailure,
-    # not ExitCode: the operator's ExitCode policy retries only codes from 128 up, which would
-    # take a preempted worker's 75 for a permanent failure.
+    # not ExitCode: the operator's ExitCode policy retries only 130, 137, 138 and 143, and
+    # would take a preempted worker's 75 for a permanent failure.
     spec["restartPolicy"] = "OnFailure"
 
     def replicas(count: int) -> dict[str, Any]:

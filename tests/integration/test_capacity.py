@@ -16,9 +16,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from ml.capacity import ESTIMATE_FILE
 from ml.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from ml.exits import EXIT_NOT_RETRYABLE
+from ml.memory import ESTIMATE_FILE
 from resources.k8s_manifests import (
     MEMORY_HEADROOM,
     indexed_job,
