@@ -41,7 +41,7 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.architecture} ({self.hidden}) x {self.strategy}, {self.processes} rank(s)"
+        return f"{self.architecture} {self.hidden} {self.strategy}, {self.processes} rank(s)"
 
     def argv(self, data: Path) -> list[str]:
         """The `measure` command of this case (after the interpreter)."""
