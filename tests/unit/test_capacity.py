@@ -206,3 +206,22 @@ def test_a_pod_memory_quantity_rounds_up_to_whole_mib():
 def test_the_grace_period_is_the_checkpoint_grace_and_the_exit_margin():
     config = TrainConfig(preemption_grace_s=45)
     assert termination_grace_period_s(config) == 45 + EXIT_MARGIN_S
+
+
+def test_the_gpu_check_compares_each_runs_estimate_with_its_peak(tmp_path: Path):
+    import json
+
+    from benchmarks.gpu_check import capacity_rows
+
+    found = estimate(TrainConfig(model=ModelConfig(hidden_sizes=(512,))))
+    for run, peak in (("run-a", found.total_bytes / 1.2), ("run-b", 2**20)):
+        (tmp_path / run).mkdir()
+        result = {"peak_memory_bytes": int(peak), "capacity": found.as_dict()}
+        (tmp_path / run / "result.json").write_text(json.dumps(result))
+    (tmp_path / "run-c").mkdir()
+    (tmp_path / "run-c" / "result.json").write_text(json.dumps({"peak_memory_bytes": 2**20}))
+    first, second, unestimated = capacity_rows(tmp_path)
+    assert first["run"] == "run-a" and first["error"] == pytest.approx(0.2, abs=1e-6)
+    assert first["estimated_mib"] == found.total_bytes / 2**20
+    assert first["components_mib"]["runtime"] == RUNTIME / 2**20
+    assert second["error"] > 1 and "estimated_mib" not in unestimated
