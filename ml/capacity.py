@@ -3,29 +3,34 @@
     estimate = capacity.check(config, world_size=2, local_ranks=2)   # raises TooLarge if not
     estimate.describe()   # every component, the total, the target, by how much it is over
 
-Per rank, for the configured model, strategy and world size:
+Per rank, for the configured model, strategy and world size, what is held throughout:
 
 - parameters, gradients and AdamW's two fp32 moments, counted on a build on the meta device
-  (shapes and dtypes, no memory); under fsdp each is divided by the world size, plus the
-  largest unit gathered whole for its forward and backward (its parameters and their
-  gradients before the reduce-scatter; a unit is a direct child of the network, the way
-  FSDP2 is applied block by block); under ddp with several ranks, DDP's gradient buckets (a
-  second copy of every gradient);
-- activations: the tensors autograd saves for the backward pass of one step at the configured
-  batch, summed from `torch.autograd.graph.saved_tensors_hooks` during a forward and backward of
-  the real network on meta tensors (exact shapes, no memory, any size), plus the step's
-  largest saved tensor again (the gradient flowing back through it while it is still held);
-- weight copies: the best weights kept since the best epoch, and the weights serialized once
-  more while a checkpoint or the final file is written (rank 0);
+  (shapes and dtypes, no memory, any `nn.Module`); under fsdp each is divided by the world size,
+  plus the largest unit gathered whole for its forward and backward (its parameters and their
+  gradients before the reduce-scatter; a unit is a direct child of the network, the way FSDP2
+  is applied block by block); under ddp with several ranks, DDP's gradient buckets (a second
+  copy of every gradient); the best weights kept since the best epoch;
 - data: the training set as the trainer holds it (the frame, its train and validation rows,
   their tensors, the epoch's rows gathered into one block);
-- runtime: what a trainer process holds before any of that (Python, torch and the trainer's
-  imports), measured once in a fresh process.
+- runtime: what a trainer process holds before any of that (Python, torch and what the trainer
+  loads), measured once per environment in a fresh process;
+- retained (CPU): what a few real steps of the whole model left resident beyond its state,
+  measured in this process (activations and temporaries whose pages the allocator keeps);
 
-On a GPU only what lives on the device counts (no runtime, no frame): the target is the
-device's memory and the measured peak `torch.cuda.max_memory_allocated`. On a CPU the target is
-the memory available to this machine (or its cgroup's limit) divided by the ranks on it, and
-the measured peak the process's maximum resident set.
+plus the largest of what exists only for a moment:
+
+- activations: the tensors autograd saves for the backward pass of one step at the configured
+  batch, summed from `torch.autograd.graph.saved_tensors_hooks` during a forward and backward of
+  the real network on meta tensors, plus the largest saved tensor again (the gradient flowing
+  back through it while it is still held);
+- AdamW's temporaries in `step()`;
+- the weights serialized while rank 0 writes a checkpoint or the final file.
+
+On a GPU only what lives on the device counts (no runtime, no frame, no serialization): the
+target is the smallest GPU's memory and the measured peak `torch.cuda.max_memory_allocated`. On
+a CPU the target is the memory available to this machine (or its cgroup's limit) divided by
+the ranks on it, and the measured peak the process's peak resident set (`ml.memory`).
 
 The time per epoch comes from a short probe: a few timed steps of the trainer's own step
 (`ml.train.train_step`) at the configured batch, in this process, when the unsharded model and

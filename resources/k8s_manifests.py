@@ -18,15 +18,13 @@ estimate refuses the launch before any pod is created.
 """
 
 import hashlib
-import math
 import os
 import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field, field_validator
@@ -34,11 +32,8 @@ from pydantic import Field, field_validator
 from ml.config import TrainConfig, to_args
 from ml.exits import EXIT_PREEMPTED
 from ml.node import EXIT_NOT_RETRYABLE
-from resources.capacity import refusal
+from resources.capacity import DEFAULT_MEMORY, MEMORY_HEADROOM, QUANTITY, PodMemory, pod_memory
 from resources.launchers import MessageHandler, TrainingLauncher
-
-if TYPE_CHECKING:
-    from ml.capacity import CapacityEstimate
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"
@@ -50,30 +45,17 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_UNITS = {
-    **{"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18},
-    **{f"{p}i": 1024 ** (n + 1) for n, p in enumerate("KMGTPE")},
-}
-"""Kubernetes quantity suffixes: decimal (k, M, G...) and binary (Ki, Mi, Gi...)."""
-
 EXIT_MARGIN_S = 15
 """Seconds a training pod is given past its config's `preemption_grace_s` before the kubelet's
 SIGKILL. Within the grace the workers write their checkpoint; the margin is for what follows:
 each worker leaves its process group and exits, torchrun (the container's first process, which
 passed SIGTERM on) notices at its next monitoring round and exits with the workers' code. A
 killed exit would lose that code (137 instead of 75) and the retry would count as a failure."""
-DEFAULT_MEMORY = "32Gi"
-"""A pod's memory when `memory` is unset and no estimate can be made here (the training set
-is on the cluster's volume only)."""
-MEMORY_HEADROOM = 0.25
-"""A pod's memory over the capacity estimate when `memory` is unset: the estimate's error
-(benchmark P14 holds it within 20%) and some more, since going over means an OOM kill."""
 
 
 class Toleration(dg.Config):
@@ -147,17 +129,17 @@ class KubernetesLauncher(TrainingLauncher):
         default=2, ge=1, description="torchrun workers per pod when gpus_per_pod is 0 (gloo)."
     )
     threads_per_process: int = Field(default=4, ge=1, description="OMP_NUM_THREADS per worker.")
-    cpu: str = Field(default="8", pattern=_QUANTITY, description="CPU request = limit, per pod.")
+    cpu: str = Field(default="8", pattern=QUANTITY, description="CPU request = limit, per pod.")
     memory: str | None = Field(
         default=None,
-        pattern=_QUANTITY,
+        pattern=QUANTITY,
         description="Memory request = limit, per pod. Unset: the capacity estimate of the "
         f"training plus {MEMORY_HEADROOM:.0%} ({DEFAULT_MEMORY} when the training set is not "
         "readable here); set below the estimate, the launch is refused.",
     )
     shm_size: str = Field(
         default="8Gi",
-        pattern=_QUANTITY,
+        pattern=QUANTITY,
         description="Size of /dev/shm (memory-backed; counts against `memory`).",
     )
     node_selector: dict[str, str] = Field(
@@ -222,44 +204,10 @@ class KubernetesLauncher(TrainingLauncher):
         """The ranks of a launch: the pod's workers."""
         return self.processes_per_pod
 
-    def pod_memory(self, config: TrainConfig) -> "PodMemory":
-        """The memory of each pod training `config`: `memory` when set, refused (`Failure`, not
-        retried) when below the capacity estimate; unset, the estimate plus `MEMORY_HEADROOM`.
-        The estimate is of host memory (`ml.capacity` on the CPU: on a GPU node the model's
-        state lives on the devices, which the node checks in the pod), for `world_size`
-        ranks, `processes_per_pod` of them in the pod beside torchrun's own process."""
-        from ml import capacity
-
-        if not Path(config.data.training_set).is_file():
-            why = "the training set is not readable here: the node checks it in the pod"
-            return PodMemory(self.memory or DEFAULT_MEMORY, why, None)
-        found = capacity.estimate(
-            config,
-            capacity.Shapes.of(config),
-            world_size=self.world_size,
-            device="cpu",
-            target_bytes=0,
-            target="",
-            probe_time=False,
-        )
-        ranks, node = self.processes_per_pod, found.runtime_bytes  # torchrun: a bare runtime
-        needed = ranks * found.total_bytes + node
-        if self.memory is None:
-            quantity = memory_quantity(needed * (1 + MEMORY_HEADROOM))
-            what = f"pod memory {quantity} / {ranks} rank(s), torchrun's {capacity.mib(node)} aside"
-            why = (
-                f"estimated {capacity.mib(needed)} ({ranks} rank(s) x"
-                f" {capacity.mib(found.total_bytes)} + torchrun's {capacity.mib(node)})"
-                f" + {MEMORY_HEADROOM:.0%} headroom"
-            )
-            target = (parse_quantity(quantity) - node) // ranks
-            return PodMemory(quantity, why, found.against(target, what))
-        target = max(parse_quantity(self.memory) - node, 0) // ranks
-        what = f"pod memory {self.memory} / {ranks} rank(s), torchrun's {capacity.mib(node)} aside"
-        checked = found.against(target, what)
-        if not checked.fits:
-            raise refusal(checked)
-        return PodMemory(self.memory, "as configured", checked)
+    def pod_memory(self, config: TrainConfig) -> PodMemory:
+        """The memory of each pod training `config` (`resources.capacity.pod_memory`): for
+        `world_size` ranks, `processes_per_pod` of them in the pod."""
+        return pod_memory(config, self.memory, self.processes_per_pod, self.world_size)
 
     def limits(self) -> dict[str, str]:
         """The setting behind each Kubernetes failure reason that a limit causes."""
@@ -334,31 +282,6 @@ class MultiNodeLauncher(KubernetesLauncher):
             "BackoffLimitExceeded": f"backoff_limit={self.backoff_limit} (pod failures; "
             "disruptions do not count)",
         }
-
-
-@dataclass(frozen=True)
-class PodMemory:
-    """A pod's memory, why it is that, and the capacity estimate it was checked against."""
-
-    quantity: str
-    """Request = limit, a Kubernetes quantity."""
-    why: str
-    estimate: "CapacityEstimate | None"
-    """Against the pod's memory per rank; None where the training set is not here."""
-
-
-def parse_quantity(quantity: str) -> int:
-    """Bytes of a Kubernetes memory quantity ("32Gi", "500M", "1.5Gi", "1073741824")."""
-    match = re.fullmatch(_QUANTITY, quantity)
-    if match is None:
-        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
-    suffix = match.group(2) or ""
-    return math.ceil(float(quantity.removesuffix(suffix)) * _UNITS[suffix])
-
-
-def memory_quantity(count: float) -> str:
-    """`count` bytes as a quantity in whole MiB, rounded up."""
-    return f"{math.ceil(count / 2**20)}Mi"
 
 
 def termination_grace_period_s(config: TrainConfig) -> int:

@@ -19,13 +19,8 @@ import pytest
 from ml.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from ml.exits import EXIT_NOT_RETRYABLE
 from ml.memory import ESTIMATE_FILE
-from resources.k8s_manifests import (
-    MEMORY_HEADROOM,
-    indexed_job,
-    launch_name,
-    parse_quantity,
-    pytorch_job,
-)
+from resources.capacity import MEMORY_HEADROOM, parse_quantity
+from resources.k8s_manifests import indexed_job, launch_name, pytorch_job
 from resources.kubernetes import K8sMultiNode
 from tests.integration.test_training import (
     FLAGS,

@@ -16,12 +16,8 @@ from ml import capacity
 from ml.capacity import CapacityEstimate, Shapes, TooLarge
 from ml.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from ml.model import build_model
-from resources.k8s_manifests import (
-    EXIT_MARGIN_S,
-    memory_quantity,
-    parse_quantity,
-    termination_grace_period_s,
-)
+from resources.capacity import memory_quantity, parse_quantity
+from resources.k8s_manifests import EXIT_MARGIN_S, termination_grace_period_s
 
 pytestmark = pytest.mark.unit
 
