@@ -119,7 +119,7 @@ class FTTransformer(nn.Module):
         super().__init__()
         dim = config.token_dim
         self.tokenizer = FeatureTokenizer(numeric_width, cardinalities, dim)
-        self.cls = nn.Parameter(_uniform(torch.empty(1, 1, dim), dim))
+        self.cls = _token_parameter(1, dim)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 dim,
@@ -136,7 +136,7 @@ class FTTransformer(nn.Module):
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         tokens = self.tokenizer(numeric, categorical)
-        x = torch.cat([self.cls.expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        x = torch.cat([self.cls.expand(tokens.shape[0], 1, -1), tokens], dim=1)
         for block in self.blocks:
             x = block(x)
         out = self.head(x[:, 0])
@@ -148,35 +148,53 @@ class FTTransformer(nn.Module):
 
 
 class FeatureTokenizer(nn.Module):
-    """One token of `dim` numbers per input column: value x weight + bias for a number (or a
-    missing flag), embedding + bias for a category (one table for every column, each column's
-    vocabulary at its own offset). A group without columns has no parameters: the exporter
-    cannot trace an initializer of width 0."""
+    """One token of `dim` numbers per feature: for a number, value x weight + missing flag x
+    weight + bias (the flag is part of the number, not a feature of its own: folding it in
+    halves the tokens, and attention costs the square of their count); for a category, its
+    embedding + bias. A group without columns has no parameters: the exporter cannot trace an
+    initializer of width 0."""
 
     def __init__(self, numeric_width: int, cardinalities: list[int], dim: int):
         super().__init__()
+        if numeric_width % 2:
+            raise ValueError(
+                f"numeric_width={numeric_width}: the FT-Transformer reads it as numbers then one"
+                " missing flag each (`ml.data.Preprocessor.inputs`), so it must be even"
+            )
         if not numeric_width and not cardinalities:
             raise ValueError("the FT-Transformer needs at least one feature to make a token of")
-        self.numeric_weight = self.numeric_bias = None
-        if numeric_width:
-            self.numeric_weight = nn.Parameter(_uniform(torch.empty(numeric_width, dim), dim))
-            self.numeric_bias = nn.Parameter(_uniform(torch.empty(numeric_width, dim), dim))
-        self.categories = self.category_bias = None
-        if cardinalities:
-            offsets = torch.tensor([0, *cardinalities[:-1]]).cumsum(0)
-            self.register_buffer("category_offsets", offsets, persistent=False)
-            self.categories = nn.Embedding(sum(cardinalities), dim)
-            _uniform(self.categories.weight.data, dim)
-            self.category_bias = nn.Parameter(_uniform(torch.empty(len(cardinalities), dim), dim))
+        self.numbers = NumberTokens(numeric_width // 2, dim) if numeric_width else None
+        embeddings = [nn.Embedding(n, dim) for n in cardinalities]
+        for embedding in embeddings:
+            _uniform(embedding.weight.data, dim)
+        self.categories = nn.ModuleList(embeddings)
+        self.category_bias = _token_parameter(len(cardinalities), dim) if cardinalities else None
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         tokens = []
-        if self.numeric_weight is not None and self.numeric_bias is not None:
-            tokens.append(numeric.unsqueeze(-1) * self.numeric_weight + self.numeric_bias)
-        if self.categories is not None and self.category_bias is not None:
-            offsets: torch.Tensor = self.category_offsets  # type: ignore[assignment]
-            tokens.append(self.categories(categorical + offsets) + self.category_bias)
+        if self.numbers is not None:
+            tokens.append(self.numbers(numeric))
+        if self.category_bias is not None:
+            embedded = [e(categorical[:, i]) for i, e in enumerate(self.categories)]
+            tokens.append(torch.stack(embedded, dim=1) + self.category_bias)
         return torch.cat(tokens, dim=1)
+
+
+class NumberTokens(nn.Module):
+    """The tokens of `count` numbers from (batch, 2 x count) inputs, the numbers then their
+    missing flags: value x weight + flag x missing weight + bias."""
+
+    def __init__(self, count: int, dim: int):
+        super().__init__()
+        self.count = count
+        self.weight = _token_parameter(count, dim)
+        self.missing_weight = _token_parameter(count, dim)
+        self.bias = _token_parameter(count, dim)
+
+    def forward(self, numeric: torch.Tensor) -> torch.Tensor:
+        values = numeric[:, : self.count].unsqueeze(-1)
+        missing = numeric[:, self.count :].unsqueeze(-1)
+        return values * self.weight + missing * self.missing_weight + self.bias
 
 
 class TransformerBlock(nn.Module):
@@ -237,6 +255,11 @@ class ReGLUFeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, b = self.up(x).chunk(2, dim=-1)
         return self.down(self.dropout(a * torch.relu(b)))
+
+
+def _token_parameter(rows: int, dim: int) -> nn.Parameter:
+    """A (rows, dim) parameter initialized as the paper's tokens are (`_uniform`)."""
+    return nn.Parameter(_uniform(torch.empty(rows, dim), dim))
 
 
 def _uniform(tensor: torch.Tensor, dim: int) -> torch.Tensor:

@@ -48,6 +48,14 @@ def test_the_transformer_gives_one_output_per_row_or_one_per_class(numeric_width
         assert model(numeric, categorical).shape == shape
 
 
+def test_the_transformer_reads_numbers_then_their_missing_flags_so_an_odd_width_is_refused():
+    with pytest.raises(ValueError, match=r"numeric_width=5: .* numbers then one missing flag"):
+        build_model(5, [3], 1, TINY)
+    model = FTTransformer(4, [], TINY)
+    tokens = model.tokenizer(torch.zeros(1, 4), torch.zeros(1, 0, dtype=torch.int64))
+    assert tokens.shape == (1, 2, 8)  # one token per number, its flag folded in
+
+
 def test_the_transformer_grows_to_hundreds_of_millions_of_parameters_nearly_all_in_its_blocks():
     config = transformer(token_dim=1024, num_blocks=12, num_heads=16)
     with torch.device("meta"):  # shapes only: nothing allocated
