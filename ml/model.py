@@ -4,7 +4,7 @@
 - `ft_transformer`: `FTTransformer`, a transformer over one token per feature (Gorishniy et al.,
   "Revisiting Deep Learning Models for Tabular Data", 2021), as wide and deep as
   `model.token_dim` and `model.num_blocks` say;
-- `package.module:ClassName`: a team's own `torch.nn.Module` (`team_network`).
+- `package.module:ClassName`: a team's own `torch.nn.Module` (`team_model`).
 
 The contract every network keeps, built-in or not: it is built from the preprocessor's shapes
 and the task, `numeric_width` (standardized numbers, then one missing flag per number),
@@ -102,12 +102,12 @@ class TabularNet(nn.Module):
 
 
 class FTTransformer(nn.Module):
-    """A feature tokenizer and transformer: every numeric column becomes a token (its value
-    times a learned vector, plus a learned bias), every categorical column one (its category's
-    embedding plus a learned bias); a learned [CLS] token joins them; `num_blocks` pre-norm
-    transformer blocks (`blocks`) mix them, and a head (LayerNorm, ReLU, Linear) reads the
-    [CLS] token. As in the paper, the first block does not normalize its input (the tokens
-    are fresh) and there is no dropout on the residual branches."""
+    """A feature tokenizer and transformer: every number becomes a token (its value times a
+    learned vector, plus its missing flag times another, plus a learned bias), every categorical
+    column one (its category's embedding plus a learned bias); a learned [CLS] token joins them;
+    `num_blocks` pre-norm transformer blocks (`blocks`) mix them, and a head (LayerNorm, ReLU,
+    Linear) reads the [CLS] token. As in the paper, the first block does not normalize its input
+    (the tokens are fresh) and there is no dropout on the residual branches."""
 
     def __init__(
         self,
