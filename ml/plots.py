@@ -366,3 +366,41 @@ def drift_bars(
         return _png(figure)
     finally:
         plt.close(figure)
+
+
+def training_telemetry(
+    epochs: Sequence[int],
+    samples_per_s: Mapping[str, Sequence[float]],
+    data_wait_fraction: Mapping[str, Sequence[float]],
+    memory_mib: Mapping[str, Sequence[float]],
+) -> bytes:
+    """Three panels over the epochs, a line per named series (the job, each rank): samples/s,
+    the share of time spent waiting for data, and memory in MiB (`ml.telemetry.plot`)."""
+    plt = _pyplot()
+    from matplotlib.ticker import PercentFormatter
+
+    figure, panels = plt.subplots(3, 1, figsize=(6, 8), dpi=100, sharex=True)
+    try:
+        speed, wait, memory = panels
+        for axes, series in (
+            (speed, samples_per_s),
+            (wait, data_wait_fraction),
+            (memory, memory_mib),
+        ):
+            for name, values in series.items():
+                axes.plot(epochs, values, marker="o", label=name)
+        speed.set_ylabel("samples/s")
+        speed.set_ylim(bottom=0)
+        wait.set_ylabel("waiting for data")
+        wait.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+        wait.set_ylim(bottom=0)
+        memory.set_ylabel("memory (MiB)")
+        memory.set_ylim(bottom=0)
+        memory.set_xlabel("epoch")
+        memory.set_xticks(list(epochs))
+        for axes in panels:
+            axes.grid(alpha=0.3)
+            axes.legend(fontsize=7)
+        return _png(figure)
+    finally:
+        plt.close(figure)
