@@ -396,8 +396,8 @@ def table(epochs: Sequence[JobEpoch]) -> str:
 
 
 def plot(epochs: Sequence[JobEpoch]) -> bytes:
-    """The epochs drawn (`ml.plots.training_telemetry`): samples/s of the job and of each rank,
-    each rank's share of time waiting for data, and each rank's memory, peak and now."""
+    """The epochs drawn (`ml.plots.training_telemetry`): samples/s and the share of time waiting
+    for data of the job and of each rank, and each rank's memory, peak and at the epoch's end."""
     from ml import plots
 
     now, _, peak = MEMORY_NAMES[epochs[0].device]
@@ -405,13 +405,14 @@ def plot(epochs: Sequence[JobEpoch]) -> bytes:
     name = [f"rank {r.rank}" for r in epochs[0].ranks]
     speed = {"job": [e.samples_per_s for e in epochs]}
     speed.update({name[i]: [e.ranks[i].samples_per_s for e in epochs] for i in ranks})
-    wait = {name[i]: [e.ranks[i].data_wait_fraction for e in epochs] for i in ranks}
-    memory: dict[str, list[float]] = {}
-    for i in ranks:
-        memory[f"{name[i]} {peak.removesuffix('_bytes')}"] = [
-            e.ranks[i].peak_memory_bytes / MIB for e in epochs
-        ]
-        memory[f"{name[i]} {now.removesuffix('_bytes')}, now"] = [
-            e.ranks[i].memory_bytes / MIB for e in epochs
-        ]
-    return plots.training_telemetry([e.epoch for e in epochs], speed, wait, memory)
+    wait = {"job": [e.data_wait_fraction for e in epochs]}
+    wait.update({name[i]: [e.ranks[i].data_wait_fraction for e in epochs] for i in ranks})
+    memory = {
+        name[i]: (
+            [e.ranks[i].peak_memory_bytes / MIB for e in epochs],
+            [e.ranks[i].memory_bytes / MIB for e in epochs],
+        )
+        for i in ranks
+    }
+    names = (peak.removesuffix("_bytes"), now.removesuffix("_bytes"))
+    return plots.training_telemetry([e.epoch for e in epochs], speed, wait, memory, names)
