@@ -18,7 +18,9 @@ from ml.telemetry import (
     EpochTelemetry,
     JobEpoch,
     gather,
+    packed,
     run_peaks,
+    unpacked,
 )
 from ml.training_run import EpochMetrics, epoch_logger, plan_training, trained_run
 from tests.unit.test_training_run import CHOSEN, LINK, FakeTracker, reported
@@ -183,6 +185,18 @@ def test_without_a_process_group_a_rank_gathers_its_own_figures():
     assert gather(alone) == JobEpoch(1, (alone,))
 
 
+def test_a_ranks_figures_cross_the_gather_as_numbers_and_come_back_whole():
+    on_cpu = replace(figures(1, 640, 1.25, 0.125, 3 * 2**40 + 7), utilisation=None)
+    on_gpu = replace(on_cpu, device="cuda", memory_reserved_bytes=2**33 + 1, utilisation=0.875)
+
+    for sent in (on_cpu, on_gpu):
+        numbers = packed(sent)
+        assert all(isinstance(n, float) for n in numbers)
+        back = unpacked(replace(sent, rank=0, rows=0), 1, numbers)
+        assert back == sent
+        assert isinstance(back.peak_memory_bytes, int) and isinstance(back.rows, int)
+
+
 def test_the_runs_peaks_are_over_every_epoch_and_rank():
     epochs = [
         JobEpoch(1, (figures(0, 1000, 2.0, 0.5, 300), figures(1, 1000, 2.0, 0.5, 700))),
@@ -279,3 +293,40 @@ def test_a_finished_training_shows_its_telemetry_in_mlflow_and_the_metadata(tmp_
     assert metadata["peak_rss_bytes"] == 301
     assert metadata["data_wait_fraction"] == pytest.approx(0.1)
     assert metadata["telemetry_plot"].startswith("![samples/s, data wait and memory per epoch]")
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_wait_is_the_devices_time_in_the_iterator_without_a_sync_per_step():
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    square = torch.randn(4096, 4096, device=device)
+
+    def busy() -> torch.Tensor:
+        return square @ square  # a few ms of the GPU's time, queued on its stream
+
+    def loaded(work: bool) -> Iterator[torch.Tensor]:
+        for _ in range(20):
+            yield busy() if work else square
+
+    meter = EpochMeter(0, device)
+    for _ in meter.timed(loaded(work=True)):
+        meter.step(10)
+    slow_data = meter.close(1)
+    for _ in meter.timed(loaded(work=False)):
+        busy()
+        meter.step(10)
+    slow_steps = meter.close(2)
+
+    assert slow_data.data_wait_fraction > 0.8 > 0.2 > slow_steps.data_wait_fraction
+    assert slow_data.device == "cuda" and slow_data.rows == 200
+    assert slow_data.memory_reserved_bytes is not None
+    assert slow_data.memory_reserved_bytes >= slow_data.memory_bytes > 0
+    assert slow_data.peak_memory_bytes >= slow_data.memory_bytes
