@@ -8,8 +8,8 @@ every rank in one small collective per epoch (`JobEpoch`), which rank 0 reports.
 synchronises per step: on a CPU the wait is two clock reads around `next()`; on a GPU it is two
 CUDA events around it, whose times are read once, at the epoch's end.
 
-Imports nothing heavy when it loads (torch only inside the meter): the launching step reads the
-reported figures back with `JobEpoch.from_message` without torch.
+Imports nothing heavy when it loads (torch only inside the meter and `gather`): the launching
+step reads the reported figures back with `JobEpoch.from_message` without torch.
 """
 
 import math
