@@ -145,6 +145,8 @@ def main() -> int:
 
     import torch
 
+    from ml import telemetry
+
     if not (torch.cuda.is_available() or args.cpu_smoke):
         print("no CUDA device visible: G1 needs a GPU machine", file=sys.stderr)
         return 2
@@ -173,6 +175,7 @@ def main() -> int:
                 "mfu": flops / (peak * 1e12 * gpus),
                 "validation_roc_auc": result["validation"]["roc_auc"],
                 "wall_s": result["wall_s"],
+                "telemetry": result.get("telemetry", []),
             }
         )
     backend = "NCCL" if torch.cuda.is_available() else "gloo"
@@ -183,6 +186,12 @@ def main() -> int:
             f"  {row['model_tflops']:8.2f} TFLOP/s  MFU {row['mfu']:7.2%}"
             f"  AUC {row['validation_roc_auc']:.3f}  ({row['wall_s']:.0f} s)"
         )
+    for row in rows:  # per epoch: samples/s per rank, data wait, memory, utilisation
+        epochs = [telemetry.JobEpoch.from_message(e) for e in row["telemetry"]]
+        if epochs:
+            print(f"\n  {row['model']}, per epoch (ml.telemetry):")
+            print("    " + telemetry.table(epochs).replace("\n", "\n    "))
+            print(f"    utilisation: {epochs[0].ranks[0].utilisation_source}")
     (args.out / "gpu_check.json").write_text(json.dumps(rows, indent=2))
     capacity = capacity_rows(args.out)
     print_capacity(capacity)

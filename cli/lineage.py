@@ -182,7 +182,11 @@ def _manifest(registry: "MlflowRegistry", model: "ModelVersion") -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="lineage-") as cache:
         path = registry.fetch(model, MANIFEST_FILE, Path(cache))  # sha256-verified
         document = json.loads(path.read_text())
-    return {k: document[k] for k in MANIFEST_FIELDS if k in document}
+    architecture = document["config"]["model"].get("architecture", "mlp")  # mlp before the choice
+    return {
+        **{k: document[k] for k in MANIFEST_FIELDS if k in document},
+        "architecture": architecture,
+    }
 
 
 def read_prediction(

@@ -221,6 +221,7 @@ def _render_manifest(
         f"run manifest (the registered {MANIFEST_FILE}, sha256-verified)",
         f"  git commit       {manifest.get('git_commit')}",
         f"  lock sha256      {manifest.get('lock_sha256')}",
+        f"  architecture     {manifest.get('architecture')}",
         f"  feature service  {manifest.get('feature_service')}{declarations}",
         f"  seed {manifest.get('seed')}, world size {manifest.get('world_size')},"
         f" devices {manifest.get('devices')}, python {manifest.get('python')},"

@@ -353,8 +353,9 @@ class UseCase:
     """When an entity row is predicted, for training as for serving."""
     training: Mapping[str, Any] = field(default_factory=dict)
     """Defaults of the training config (`ml.config.TrainConfig`, nested as its sections are:
-    `{"optim": {"batch_size": 64}}`) that suit this use case's data; a run's config still
-    overrides them."""
+    `{"optim": {"batch_size": 64}}`) that suit this use case's data, the network among them
+    (`{"model": {"architecture": "ft_transformer"}}`, docs/training.md, "Models"); a run's config
+    still overrides them."""
     baseline: str | None = None
     """A column of the training set that is itself a naive forecast of the label (e.g. the same
     entity's value a week before): evaluated beside the model on the same test rows, and, for a

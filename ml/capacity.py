@@ -275,9 +275,7 @@ def model_memory(model: "nn.Module", strategy: str, world_size: int, device: str
     mine = sum(sizes)
     gathered = buckets = 0
     if strategy == "fsdp" and world_size > 1:
-        units = [_bytes(child.parameters()) for child in model.children()]
-        units.append(_bytes(model.parameters(recurse=False)))  # the root unit's own
-        gathered = 2 * max(units)  # its parameters and their unsharded gradients
+        gathered = 2 * largest_unit_bytes(model)  # its parameters and unsharded gradients
     if strategy == "ddp" and world_size > 1:
         buckets = whole
     if device == "cuda":
@@ -298,6 +296,18 @@ def model_memory(model: "nn.Module", strategy: str, world_size: int, device: str
         serialization=serialization,
         unsharded_parameters=whole,
     )
+
+
+def largest_unit_bytes(model: "nn.Module") -> int:
+    """The parameter bytes of the largest unit FSDP gathers whole at a time: each of
+    `ml.model.shard_units` (sharded one by one), and the root, which holds every parameter
+    outside them (the whole network when it names none)."""
+    from ml.model import shard_units
+
+    units = [_bytes(unit.parameters()) for unit in shard_units(model)]
+    inside = {id(p) for unit in shard_units(model) for p in unit.parameters()}
+    root = _bytes(p for p in model.parameters() if id(p) not in inside)
+    return max([*units, root])
 
 
 def _bytes(tensors: Any) -> int:

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ from ml.task import TASKS
 
 STRATEGIES = ("ddp", "fsdp")
 """`TrainConfig.strategy`'s choices."""
+ARCHITECTURES = ("mlp", "ft_transformer")
+"""`ModelConfig.architecture`'s built-in choices (`ml.model`); anything else is an import path."""
+IMPORT_PATH = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<name>[A-Za-z_]\w*)$")
+"""A team's own network, `package.module:ClassName`."""
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,34 @@ class DataConfig:
 class ModelConfig:
     architecture: str = "mlp"
     """The network (`ml.model`): `mlp`, `ft_transformer`, or a team's own `torch.nn.Module` as
-    `package.module:ClassName` (the contract is in docs/training.md)."""
+    `package.module:ClassName` (the contract is in docs/training.md, "Models")."""
     hidden_sizes: tuple[int, ...] = (128, 64)
     """Widths of the MLP's hidden layers."""
     max_embedding_dim: int = 16
-    """Embedding width of a categorical feature: min(this, ceil(sqrt(vocabulary size)) + 1)."""
+    """The MLP's embedding width of a categorical feature: min(this, ceil(sqrt(vocabulary size))
+    + 1)."""
     dropout: float = 0.1
-    """Dropout after every hidden layer, as a fraction."""
+    """Dropout as a fraction: after every hidden layer of the MLP; in the feed-forward part of
+    every block of the FT-Transformer."""
+    token_dim: int = 192
+    """The FT-Transformer's width: every feature's token, and the [CLS] token, has this many
+    numbers (a multiple of num_heads)."""
+    num_blocks: int = 3
+    """The FT-Transformer's depth: its transformer blocks, each one unit of sharding (FSDP)."""
+    num_heads: int = 8
+    """Attention heads of every FT-Transformer block."""
+    ffn_factor: float = 4 / 3
+    """Hidden width of a block's feed-forward part (ReGLU), as a multiple of token_dim."""
+    attention_dropout: float = 0.2
+    """Dropout of the FT-Transformer's attention weights, as a fraction."""
+    options: str = ""
+    """A team's own network only: a JSON object passed to its constructor as `options` (e.g.
+    `{"width": 256}`); empty: no `options` argument."""
+
+    @property
+    def ffn_hidden(self) -> int:
+        """The hidden width of an FT-Transformer block's feed-forward part."""
+        return int(self.token_dim * self.ffn_factor)
 
 
 @dataclass(frozen=True)
@@ -105,11 +131,16 @@ class TrainConfig:
             "precision": self.precision in ("auto", "bf16", "fp32"),
             "strategy": self.strategy in STRATEGIES,
             "preemption_grace_s": self.preemption_grace_s > 0,
-            "model.architecture": bool(self.model.architecture.strip()),
+            "model.token_dim": self.model.token_dim > 0,
+            "model.num_blocks": self.model.num_blocks > 0,
+            "model.num_heads": self.model.num_heads > 0,
+            "model.ffn_factor": self.model.ffn_factor > 0 and self.model.ffn_hidden > 0,
+            "model.attention_dropout": 0.0 <= self.model.attention_dropout < 1.0,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"invalid training config: {name}={_get(self, name)!r}")
+        _check_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -252,6 +283,51 @@ def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
         else:
             kwargs[name] = value
     return cls(**kwargs)
+
+
+def team_network(architecture: str) -> tuple[str, str] | None:
+    """(module, class name) of an architecture given by import path; None for a built-in one."""
+    if architecture in ARCHITECTURES:
+        return None
+    match = IMPORT_PATH.match(architecture)
+    if match is None:
+        raise ValueError(
+            f"invalid training config: model.architecture={architecture!r}: must be one of"
+            f" {ARCHITECTURES} or an import path `package.module:ClassName`"
+        )
+    return match["module"], match["name"]
+
+
+def network_options(model: ModelConfig) -> dict[str, Any] | None:
+    """The `options` a team's network is constructed with; None when `model.options` is empty."""
+    if not model.options.strip():
+        return None
+    try:
+        options = json.loads(model.options)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"invalid training config: model.options={model.options!r} is not JSON ({error})"
+        ) from None
+    if not isinstance(options, dict):
+        raise ValueError(
+            f"invalid training config: model.options={model.options!r} must be a JSON object"
+        )
+    return options
+
+
+def _check_model(model: ModelConfig) -> None:
+    """The rules of `ModelConfig` that join fields: each a ValueError naming the rule."""
+    if model.token_dim % model.num_heads:
+        raise ValueError(
+            f"invalid training config: model.token_dim={model.token_dim} must be a multiple of"
+            f" model.num_heads={model.num_heads} (each head takes an equal share of a token)"
+        )
+    team = team_network(model.architecture)
+    if network_options(model) is not None and team is None:
+        raise ValueError(
+            f"invalid training config: model.options={model.options!r} is for a network given"
+            f" by import path, not for model.architecture={model.architecture!r}"
+        )
 
 
 def _get(config: Any, dotted: str) -> Any:

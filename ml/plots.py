@@ -366,3 +366,52 @@ def drift_bars(
         return _png(figure)
     finally:
         plt.close(figure)
+
+
+def training_telemetry(
+    epochs: Sequence[int],
+    samples_per_s: Mapping[str, Sequence[float]],
+    data_wait_fraction: Mapping[str, Sequence[float]],
+    memory_mib: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    memory_names: tuple[str, str] = ("peak", "now"),
+) -> bytes:
+    """Three panels over the epochs, a line per named series (the job, each rank), each series
+    in one colour throughout: samples/s, the share of time spent waiting for data, and memory in
+    MiB (peak solid, now dashed, as `memory_names` call them) (`ml.telemetry.plot`)."""
+    plt = _pyplot()
+    from matplotlib.ticker import PercentFormatter
+
+    named = dict.fromkeys([*samples_per_s, *data_wait_fraction, *memory_mib])
+    colours = {name: f"C{i}" for i, name in enumerate(named)}
+    figure, panels = plt.subplots(3, 1, figsize=(6, 8), dpi=100, sharex=True)
+    try:
+        speed, wait, memory = panels
+        for axes, series in ((speed, samples_per_s), (wait, data_wait_fraction)):
+            for name, values in series.items():
+                axes.plot(epochs, values, marker="o", color=colours[name], label=name)
+        for name, (peak, now) in memory_mib.items():
+            colour = colours[name]
+            memory.plot(epochs, peak, marker="o", color=colour, label=f"{name} {memory_names[0]}")
+            memory.plot(
+                epochs,
+                now,
+                marker=".",
+                linestyle="--",
+                color=colour,
+                label=f"{name} {memory_names[1]}",
+            )
+        speed.set_ylabel("samples/s")
+        speed.set_ylim(bottom=0)
+        wait.set_ylabel("waiting for data")
+        wait.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+        wait.set_ylim(bottom=0)
+        memory.set_ylabel("memory (MiB)")
+        memory.set_ylim(bottom=0)
+        memory.set_xlabel("epoch")
+        memory.set_xticks(list(epochs))
+        for axes in panels:
+            axes.grid(alpha=0.3)
+            axes.legend(fontsize=7)
+        return _png(figure)
+    finally:
+        plt.close(figure)

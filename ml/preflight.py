@@ -1,14 +1,25 @@
 """What is checked before any training process starts: the command line parses into a
-`TrainConfig`, and the training set exists with the label and split columns.
+`TrainConfig`, the training set exists with the label and split columns, and a team's own
+network (`model.architecture` an import path) keeps the contract of `ml.model`.
 
-`ml.node` runs it before torchrun starts a worker, so it imports neither torch nor pandas: only
-the training set's Parquet schema is read.
+`ml.node` runs it before torchrun starts a worker, so for a built-in network it imports neither
+torch nor pandas: only the training set's Parquet schema is read. A team's network is imported,
+built and run on a 2-row batch here, which needs torch and pandas (the feature columns' kinds
+as the preprocessor sees them): in the node torch is loaded already (torchrun's), and the rest
+costs well under a second against a bad module found only once every rank has started,
+loaded its data and failed the same way.
 """
 
 from pathlib import Path
+from typing import Any
 
-from ml.config import TrainConfig, from_args, parser
+from ml.config import TrainConfig, from_args, parser, team_network
 from ml.task import REGRESSION
+
+CHECK_CARDINALITY = 2
+"""The vocabulary size a team's network is checked with for every categorical column: the
+vocabularies are fitted with the data, which is not read here (index 0, unknown, and one
+value)."""
 
 DESCRIPTION = "Data-parallel training of a tabular model."
 """`python -m ml.train --help`'s first line."""
@@ -39,3 +50,31 @@ def check(config: TrainConfig) -> None:
             f"training set {config.data.training_set}: the regression label"
             f" {config.data.label!r} holds {kind}, not numbers"
         )
+    if team_network(config.model.architecture) is not None:
+        check_team_network(config, schema)
+
+
+def check_team_network(config: TrainConfig, schema: Any) -> None:
+    """Build the team's network for the training set's feature columns (`schema`: its Parquet
+    schema) and run it on a 2-row batch (`ml.model.check_network`); a ValueError naming the
+    import path and the contract's rule it breaks. The shapes are a preprocessor's of those
+    columns, split into numbers and categories as `ml.data.Preprocessor.fit` splits them, with
+    stand-in statistics and vocabularies (`CHECK_CARDINALITY`)."""
+    import pandas as pd
+
+    from ml.data import Preprocessor, feature_columns
+    from ml.model import check_network
+
+    empty = schema.empty_table().to_pandas()
+    features = feature_columns(empty)
+    numeric = [c for c in features if pd.api.types.is_numeric_dtype(empty[c])]
+    categorical = [c for c in features if c not in numeric]
+    vocabulary = [f"value_{i}" for i in range(1, CHECK_CARDINALITY)]
+    shapes = Preprocessor(
+        numeric,
+        [0.0] * len(numeric),
+        [1.0] * len(numeric),
+        categorical,
+        [vocabulary] * len(categorical),
+    )
+    check_network(config.model, shapes.numeric_width, shapes.cardinalities, shapes.outputs)

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
-from ml import checkpoint, holds, memory
+from ml import checkpoint, holds, memory, telemetry
 from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
@@ -93,6 +93,9 @@ class TrainResult:
     """The largest rank's measured peak memory (`ml.memory.peak_memory_bytes`)."""
     capacity: dict[str, Any] | None = None
     """The node's estimate before the workers started (`ml.capacity`), if it made one."""
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    """Each epoch of this attempt as `ml.telemetry.JobEpoch.to_message` describes it: samples/s,
+    data-wait share, memory and utilisation, per rank and in total."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     step, epoch = position.step, position.epoch
     best, stale = position.best_validation_loss, position.epochs_without_improvement
     trained_rows, training_s = 0, 0.0
+    meter, measured = telemetry.EpochMeter(ranks.rank, ranks.device), list[telemetry.JobEpoch]()
     while epoch < optim.max_epochs and stale < optim.patience_epochs:
         ddp.train()
         rows = shards.indices(ranks.rank, epoch)
@@ -201,14 +205,16 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         losses = []
         began = time.perf_counter()
         batches = epoch_batches(train_set, rows, optim.batch_size, first, ranks.device)
-        for batch, inputs in enumerate(batches, start=first):
+        for batch, inputs in enumerate(meter.timed(batches), start=first):
             loss = train_step(ddp, optimizer, scheduler, autocast, *inputs, loss_of=loss_of)
+            meter.step(len(inputs[0]))
             step += 1
             losses.append(loss.item())
             trained_rows += len(inputs[0]) * ranks.world_size
             if step % config.checkpoint_every_steps == 0 and batch + 1 < steps_per_epoch:
                 save(checkpoint.Position(step, epoch, batch + 1, ranks.world_size, best, stale))
         training_s += time.perf_counter() - began
+        measured.append(telemetry.gather(meter.close(epoch + 1)))  # a collective: every rank
         validation_loss = float(
             loss_of(
                 predict(model, validation_set, autocast), validation_set.label.to(ranks.device)
@@ -223,7 +229,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
             stale += 1
         epoch += 1
         if ranks.is_main and report is not None:
-            report(epoch, history["train_loss"][-1], validation_loss)
+            report(epoch, history["train_loss"][-1], validation_loss, measured[-1])
         save(checkpoint.Position(step, epoch, 0, ranks.world_size, best, stale))
 
     model.load_state_dict(best_weights)
@@ -264,6 +270,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
             memory.peak_memory_bytes(ranks.device), ranks.device
         ),
         capacity=memory.read_estimate(config.output_dir),
+        telemetry=[e.to_message() for e in measured],
     )
     if ranks.is_main:
         (Path(config.output_dir) / RESULT).write_text(json.dumps(asdict(result), indent=2))
@@ -498,13 +505,25 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NOT_RETRYABLE
     with process_group(config.process_group_timeout_s) as ranks, _pipes(ranks) as pipes:
 
-        def report(epoch: int, train_loss: float, validation_loss: float) -> None:
+        def report(
+            epoch: int,
+            train_loss: float,
+            validation_loss: float,
+            measured: telemetry.JobEpoch | None = None,
+        ) -> None:
             log.info(
                 "epoch %d: train loss %.5f, validation loss %.5f",
                 epoch,
                 train_loss,
                 validation_loss,
             )
+            if measured is not None:
+                log.info(
+                    "epoch %d: %.0f samples/s, %.1f%% waiting for data",
+                    epoch,
+                    measured.samples_per_s,
+                    100 * measured.data_wait_fraction,
+                )
             if pipes is not None:
                 pipes.report_custom_message(
                     {
@@ -512,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                         "train_loss": train_loss,
                         "validation_loss": validation_loss,
                         "time_ms": int(time.time() * 1000),
+                        "telemetry": measured and _finite(measured.to_message()),
                     }
                 )
 

@@ -8,16 +8,18 @@ loads (the MLflow resource imports its `EpochMetrics` and `TrainingData`): matpl
 pyarrow only when a run ends.
 """
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from declare import UseCase
+from ml import telemetry
 from ml.capacity import measured_against_estimate
 from ml.config import TrainConfig
 from ml.files import atomic_write
-from ml.results import FilePath, Link, TrainedRun, image
+from ml.results import FilePath, Link, Markdown, TrainedRun, image
 from ml.task import task_named
 
 LOSS_CURVE = "loss_curve.png"
@@ -26,6 +28,9 @@ LOGGED_FILES = ("model.safetensors", "preprocessor.json")
 """The run's files that its MLflow run keeps as artifacts (with the loss curve)."""
 UNSHOWN = ("rows", "threshold")
 """Validation figures the metadata leaves out (MLflow logs them)."""
+TELEMETRY_PLOT = "telemetry.png"
+"""Samples/s, data wait and memory per epoch (`ml.telemetry.plot`), beside the loss curve."""
+log = logging.getLogger(__name__)
 
 
 class Unreported(RuntimeError):
@@ -153,12 +158,30 @@ def epoch_logger(tracker: TrainingTracker) -> Callable[[Any], None]:
                 for name in ("train_loss", "validation_loss")
                 if isinstance(message.get(name), int | float)
             }
+            losses.update(_telemetry_metrics(message.get("telemetry")))
             at = message.get("time_ms")
             tracker.log(
                 losses, step=message["epoch"], timestamp_ms=at if isinstance(at, int) else None
             )
 
     return log_epoch
+
+
+def _telemetry_metrics(message: Any) -> dict[str, float]:
+    """An epoch's telemetry (`ml.telemetry.JobEpoch.to_message`) as metrics; none when there is
+    none, or when it cannot be read (said in the log: a message handler must not raise)."""
+    if message is None:
+        return {}
+    try:
+        return telemetry.JobEpoch.from_message(message).metrics()
+    except (ValueError, TypeError, AttributeError) as error:
+        log.warning("an epoch's telemetry could not be read, not logged: %s", error)
+        return {}
+
+
+def _telemetry(result: Mapping[str, Any]) -> list[telemetry.JobEpoch]:
+    """The epochs' telemetry in a reported result (none from a result of before it)."""
+    return [telemetry.JobEpoch.from_message(e) for e in result.get("telemetry") or []]
 
 
 @dataclass(frozen=True)
@@ -176,6 +199,8 @@ class TrainingOutcome:
     """The loss per epoch, a PNG."""
     mlflow_link: str
     mlflow_artifacts: str
+    telemetry_plot: bytes = b""
+    """Samples/s, data wait and memory per epoch, a PNG; empty when none was reported."""
 
     def metadata(self) -> dict[str, Any]:
         result, throughput = self.result, self.result["samples_per_s"]
@@ -199,9 +224,24 @@ class TrainingOutcome:
             "manifest": self.manifest,
             "data_fingerprint": self.run.data_fingerprint,
             "loss_curve_plot": image("loss per epoch", self.loss_curve),
+            **self._telemetry_metadata(),
             "mlflow_run": Link(self.mlflow_link),
             "mlflow_run_id": self.run.mlflow_run_id,
             "mlflow_artifacts": self.mlflow_artifacts,
+        }
+
+    def _telemetry_metadata(self) -> dict[str, Any]:
+        """Per epoch, a table of samples/s (the job's, each rank's), data wait, memory and
+        utilisation, and its plot; the run's peaks (`ml.telemetry.run_peaks`)."""
+        epochs = _telemetry(self.result)
+        if not epochs:
+            return {}
+        return {
+            "epoch_telemetry": Markdown(telemetry.table(epochs)),
+            **telemetry.run_peaks(epochs),
+            "telemetry_plot": image(
+                "samples/s, data wait and memory per epoch", self.telemetry_plot
+            ),
         }
 
 
@@ -223,10 +263,16 @@ def trained_run(
         loss_name=task_named(data.task).loss_name,
     )
     plot_file = plan.output / LOSS_CURVE
+    measured = _telemetry(result)
+    telemetry_plot = telemetry.plot(measured) if measured else b""
+    drawn = [plan.output / TELEMETRY_PLOT] if measured else []
     local = plan.output.is_dir()  # False when the run's folder is on a cluster volume
     if local:
         with atomic_write(plot_file, permissions=file_mode) as sink:
             sink.write(plot)
+        for file in drawn:
+            with atomic_write(file, permissions=file_mode) as sink:
+                sink.write(telemetry_plot)
     tracked = tracker.finish(
         epochs=_epochs(result),
         metrics={
@@ -240,7 +286,7 @@ def trained_run(
         },
         documents={"manifest.json": manifest, "result.json": result},
         description=_finished(plan, result, manifest),
-        files=[*(plan.output / name for name in LOGGED_FILES), plot_file] if local else [],
+        files=[*(plan.output / name for name in LOGGED_FILES), plot_file, *drawn] if local else [],
         data=training_data(plan, manifest),
     )
     run = TrainedRun(
@@ -251,7 +297,9 @@ def trained_run(
     )
     layout = reported.get("layout")
     shown = "as launched" if layout is None else str(layout)
-    return TrainingOutcome(run, result, manifest, shown, plot, tracked.link, tracked.artifact_uri)
+    return TrainingOutcome(
+        run, result, manifest, shown, plot, tracked.link, tracked.artifact_uri, telemetry_plot
+    )
 
 
 def _finished(plan: TrainingPlan, result: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
@@ -266,10 +314,13 @@ def _finished(plan: TrainingPlan, result: Mapping[str, Any], manifest: Mapping[s
 
 
 def _epochs(result: Mapping[str, Any]) -> list[EpochMetrics]:
-    """Each epoch's losses, the first epoch 1."""
+    """Each epoch's losses, the first epoch 1, and its telemetry where this attempt measured it."""
     losses = zip(result["train_loss"], result["validation_loss"], strict=True)
+    measured = {e.epoch: e.metrics() for e in _telemetry(result)}
     return [
-        EpochMetrics(epoch, {"train_loss": train, "validation_loss": valid})
+        EpochMetrics(
+            epoch, {"train_loss": train, "validation_loss": valid, **measured.get(epoch, {})}
+        )
         for epoch, (train, valid) in enumerate(losses, start=1)
     ]
 

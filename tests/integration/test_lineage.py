@@ -106,6 +106,7 @@ def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tm
     text = lineage.render()
     for fact in (manifest["git_commit"], manifest["lock_sha256"], manifest["feature_service"]):
         assert fact in text
+    assert f"architecture     {manifest['config']['model']['architecture']}" in text
 
 
 def test_a_prediction_resolves_to_its_model_versions_chain(world: World):

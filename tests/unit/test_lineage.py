@@ -62,6 +62,7 @@ def lineage() -> Lineage:
         manifest={
             "git_commit": "abc123",
             "lock_sha256": "l" * 64,
+            "architecture": "ft_transformer",
             "feature_service": "flight_delay_v1",
             "data_fingerprint": "fp",
         },
@@ -101,6 +102,7 @@ def test_the_text_names_model_manifest_and_every_partition():
     assert "model flight_delay v3 (champion), gate promote" in text
     assert "git commit       abc123" in text
     assert f"lock sha256      {'l' * 64}" in text
+    assert "architecture     ft_transformer" in text
     assert "feature service  flight_delay_v1" in text
     assert "environment      not checked (trained before the compatibility check" in text
     assert "= training_set's data version" in text
