@@ -2,7 +2,7 @@
 docs/training.md ("Capacity").
 
     python -m benchmarks.capacity_error data PATH --rows 3000
-    python -m benchmarks.capacity_error measure --data PATH --hidden 4096,4096,4096 --processes 2
+    python -m benchmarks.capacity_error measure --data PATH --size hidden_sizes=4096 --processes 2
     python -m benchmarks.capacity_error table --data PATH    # the docs' table, Markdown
 
 `measure` runs a real training, `python -m ml.node` (torchrun) of `ml.train` for one epoch: the
@@ -13,8 +13,9 @@ on a CPU). It prints one JSON line: both, in bytes, and the error.
 The cases are the MLP at its default width, where the runtime (Python, torch, the trainer's
 modules) is most of a rank's memory, and at 3 x 4096, where the model's state is (34M
 parameters: 130 MiB each of weights, gradients and best weights, 260 MiB of AdamW moments, as
-much again serialized while a checkpoint is written), on 1 and 2 ranks. Threads are pinned to
-one per rank.
+much again serialized while a checkpoint is written), and the FT-Transformer at its defaults,
+where a step's activations are (attention over 43 tokens a row), each on 1 and 2 ranks.
+Threads are pinned to one per rank.
 """
 
 import argparse
@@ -35,29 +36,41 @@ LABEL = "arrival_delayed"
 class Case:
     architecture: str
     strategy: str
-    hidden: str
-    """`--model.hidden_sizes` of the MLP."""
+    size: str
+    """The model's size settings, `name=value` joined by spaces (`--model.<name> value`)."""
     processes: int
 
     @property
     def name(self) -> str:
-        return f"{self.architecture} {self.hidden} {self.strategy}, {self.processes} rank(s)"
+        return f"{self.architecture} {self.size} {self.strategy}, {self.processes} rank(s)"
+
+    def model_flags(self) -> list[str]:
+        return [
+            f
+            for setting in self.size.split()
+            for f in (f"--model.{setting.split('=')[0]}", setting.split("=")[1])
+        ]
 
     def argv(self, data: Path) -> list[str]:
         """The `measure` command of this case (after the interpreter)."""
         return [
             *("-m", "benchmarks.capacity_error", "measure", "--data", str(data)),
             *("--architecture", self.architecture, "--strategy", self.strategy),
-            *("--hidden", self.hidden, "--processes", str(self.processes)),
+            *("--size", self.size, "--processes", str(self.processes)),
         ]
 
 
-WIDE = "4096,4096,4096"
 CASES = tuple(
-    Case("mlp", "ddp", hidden, processes) for hidden in ("128,64", WIDE) for processes in (1, 2)
+    Case(architecture, "ddp", size, processes)
+    for architecture, size in (
+        ("mlp", "hidden_sizes=128,64"),
+        ("mlp", "hidden_sizes=4096,4096,4096"),
+        ("ft_transformer", "token_dim=192 num_blocks=3"),
+    )
+    for processes in (1, 2)
 )
 """What P14 and the docs' table measure: the architectures and strategies that train in main
-(mlp x ddp; fsdp and the FT-Transformer join when they do)."""
+(ddp; fsdp joins when it does)."""
 
 
 def measure(data: Path, case: Case) -> dict:
@@ -68,7 +81,7 @@ def measure(data: Path, case: Case) -> dict:
             *(sys.executable, "-m", "ml.node", "--standalone"),
             *(f"--nproc-per-node={case.processes}", "--max-restarts=0", "-m", "ml.train"),
             *("--data.training_set", str(data), "--data.label", LABEL, "--output_dir", folder),
-            *("--model.architecture", case.architecture, "--model.hidden_sizes", case.hidden),
+            *("--model.architecture", case.architecture, *case.model_flags()),
             *("--strategy", case.strategy, "--optim.max_epochs", "1"),
             *("--optim.batch_size", "256"),
         ]
@@ -90,7 +103,7 @@ def measure(data: Path, case: Case) -> dict:
 def table(data: Path) -> str:
     """The docs' Markdown table: one row per case, one training each."""
     lines = [
-        "| architecture | strategy | ranks | MLP widths | estimated MiB | measured peak MiB"
+        "| architecture | strategy | ranks | size | estimated MiB | measured peak MiB"
         " | error | largest components (MiB) |",
         "|---|---|---:|---|---:|---:|---:|---|",
     ]
@@ -106,7 +119,7 @@ def table(data: Path) -> str:
         shown = ", ".join(f"{name} {value / 2**20:,.0f}" for name, value in largest)
         estimated, peak = measured["estimated_bytes"], measured["peak_bytes"]
         lines.append(
-            f"| {case.architecture} | {case.strategy} | {case.processes} | {case.hidden}"
+            f"| {case.architecture} | {case.strategy} | {case.processes} | {case.size}"
             f" | {estimated / 2**20:,.1f} | {peak / 2**20:,.1f} | {(estimated - peak) / peak:+.1%}"
             f" | {shown} |"
         )
@@ -123,7 +136,7 @@ def main() -> None:
     one.add_argument("--data", type=Path, required=True)
     one.add_argument("--architecture", default="mlp")
     one.add_argument("--strategy", default="ddp")
-    one.add_argument("--hidden", default="128,64")
+    one.add_argument("--size", default="hidden_sizes=128,64")
     one.add_argument("--processes", type=int, default=1)
     docs = commands.add_parser("table")
     docs.add_argument("--data", type=Path, required=True)
@@ -133,7 +146,7 @@ def main() -> None:
 
         write_data(args.path, args.rows)
     elif args.command == "measure":
-        case = Case(args.architecture, args.strategy, args.hidden, args.processes)
+        case = Case(args.architecture, args.strategy, args.size, args.processes)
         sys.stdout.write(json.dumps(measure(args.data, case)) + "\n")
     else:
         sys.stdout.write(table(args.data) + "\n")

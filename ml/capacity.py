@@ -23,7 +23,9 @@ plus the largest of what exists only for a moment:
 - activations: the tensors autograd saves for the backward pass of one step at the configured
   batch, summed from `torch.autograd.graph.saved_tensors_hooks` during a forward and backward of
   the real network on meta tensors, plus the largest saved tensor again (the gradient flowing
-  back through it while it is still held);
+  back through it while it is still held); on a CPU where the probe ran, measured instead: how
+  far a step's peak went above what it left resident (the allocator keeps most of a step's
+  pages, counted as retained);
 - AdamW's temporaries in `step()`;
 - the weights serialized while rank 0 writes a checkpoint or the final file.
 
@@ -446,6 +448,9 @@ class StepProbe:
     """What the steps left resident beyond the model's parameters, gradients and AdamW state:
     activations and temporaries whose memory the allocator keeps, libraries' buffers. None
     where the resident set cannot be read."""
+    peak_above_retained_bytes: int | None = None
+    """How far above that a step went at its peak (its activations, their gradients, AdamW's
+    temporaries, beyond the pages the allocator kept); None where the peak cannot be reset."""
 
 
 def probe_steps(model: "nn.Module", shapes: Shapes, config: TrainConfig) -> StepProbe:
@@ -458,6 +463,7 @@ def probe_steps(model: "nn.Module", shapes: Shapes, config: TrainConfig) -> Step
     from ml.train import LOSSES, train_step, warmup_cosine
 
     optim = config.optim
+    memory.reset_resident_peak()
     before = resident_bytes()  # the model is built: its parameters are in
     numeric, categorical = random_inputs(shapes, optim.batch_size, "cpu", config.seed)
     label = torch.zeros(optim.batch_size)
@@ -473,13 +479,15 @@ def probe_steps(model: "nn.Module", shapes: Shapes, config: TrainConfig) -> Step
         )
         if step >= WARMUP_STEPS:
             took.append(time.perf_counter() - began)
-    after = resident_bytes()
-    retained = None
+    after, peak = resident_bytes(), resident_peak_bytes()
+    retained = above = None
     if before is not None and after is not None:
         state = (1 + ADAM_MOMENTS) * _bytes(model.parameters())  # gradients, moments
         inputs = numeric.nbytes + categorical.nbytes + label.nbytes
         retained = max(after - before - state - inputs, 0)
-    return StepProbe(statistics.median(took), retained)
+        if memory.reset_resident_peak():  # the peak was this probe's: it can be reset
+            above = max(peak - after, 0)
+    return StepProbe(statistics.median(took), retained, above)
 
 
 # --- The estimate -----------------------------------------------------------------------------
@@ -544,8 +552,10 @@ def estimate(
         steps = math.ceil(math.ceil(shapes.train_rows / world_size) / batch)
         probe = probe_steps(build(), shapes, config)
         found = replace(found, seconds_per_epoch=steps * probe.seconds_per_step)
-        if device == "cpu" and probe.retained_bytes is not None:
+        if probe.retained_bytes is not None:
             found = replace(found, retained_bytes=probe.retained_bytes)
+        if probe.peak_above_retained_bytes is not None:  # measured: what a step passes through
+            found = replace(found, activations_bytes=probe.peak_above_retained_bytes)
     return found
 
 

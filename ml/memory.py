@@ -54,6 +54,16 @@ def resident_peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
+def reset_resident_peak() -> bool:
+    """Start this process's peak resident set (VmHWM) afresh from its resident set now, so that
+    the next reading is the peak of what follows; False where Linux does not allow it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 def resident_bytes() -> int | None:
     """This process's resident set now (VmRSS), or None where Linux's /proc is missing."""
     return _status_bytes("VmRSS")
