@@ -42,7 +42,9 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.architecture} {self.size} {self.strategy}, {self.processes} rank(s)"
+        """Short enough for the table's column: `ft_transformer 192/3 ddp x2` (2 ranks)."""
+        values = "/".join(setting.split("=")[1] for setting in self.size.split())
+        return f"{self.architecture} {values} {self.strategy} x{self.processes}"
 
     def model_flags(self) -> list[str]:
         return [
