@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ml.task import BINARY, task_named
+from ml.task import BINARY, MULTICLASS, task_named
 
 SPLITS = ("train", "validation", "test")
 SPLIT_COLUMN = "split"
@@ -26,8 +26,9 @@ class LabelSpec:
     """Field of `view` holding the label; rows where it is null are left out."""
     event_timestamp: str = "event_timestamp"
     task: str = BINARY.name
-    """What the label is (`ml.task`): 0/1, read as int64 (binary), or a number, read as
-    float64 (regression)."""
+    """What the label is (`ml.task`): 0/1, read as int64 (binary), a number, read as float64
+    (regression), or a class, text or an integer, read as a string, its class name
+    (multiclass)."""
 
     def __post_init__(self) -> None:
         task_named(self.task)
@@ -35,6 +36,8 @@ class LabelSpec:
     @property
     def dtype(self) -> str:
         """The label column's dtype in a training set."""
+        if self.task == MULTICLASS.name:
+            return "string"
         return "int64" if self.task == BINARY.name else "float64"
 
 
@@ -88,7 +91,7 @@ class TrainingSetSummary:
     null_features: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
     label_mean: dict[str, float] = field(default_factory=dict)
-    """Mean label per split with rows."""
+    """Mean label per split with rows; empty for a multiclass label."""
 
     def positive_rate(self, split: str) -> float | None:
         """Share of the split's rows whose label is 1; None without rows or for a regression."""
@@ -214,7 +217,9 @@ def assemble(
     frame = joined.assign(**{SPLIT_COLUMN: split.assign(joined[spec.event_timestamp])})
     rows = frame[SPLIT_COLUMN].value_counts()
     labels = frame.groupby(SPLIT_COLUMN, observed=True)[spec.label]
-    positives, means = labels.sum(), labels.mean()
+    numeric = spec.task != MULTICLASS.name  # a class name has no sum or mean
+    positives = labels.sum() if spec.task == BINARY.name else pd.Series(dtype="int64")
+    means = labels.mean() if numeric else pd.Series(dtype="float64")
     nulls = frame[feature_columns].isna().sum()
     summary = TrainingSetSummary(
         rows={s: int(rows.get(s, 0)) for s in SPLITS},

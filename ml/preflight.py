@@ -8,7 +8,7 @@ the training set's Parquet schema is read.
 from pathlib import Path
 
 from ml.config import TrainConfig, from_args, parser
-from ml.task import REGRESSION
+from ml.task import MULTICLASS, REGRESSION
 
 DESCRIPTION = "Data-parallel training of a tabular model."
 """`python -m ml.train --help`'s first line."""
@@ -38,4 +38,10 @@ def check(config: TrainConfig) -> None:
         raise ValueError(
             f"training set {config.data.training_set}: the regression label"
             f" {config.data.label!r} holds {kind}, not numbers"
+        )
+    textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if config.data.task == MULTICLASS.name and not (textual or pa.types.is_integer(kind)):
+        raise ValueError(
+            f"training set {config.data.training_set}: the multiclass label"
+            f" {config.data.label!r} holds {kind}, not class names (text or integers)"
         )

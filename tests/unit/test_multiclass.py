@@ -1,0 +1,200 @@
+"""Multiclass as a task: class names fitted on the train split, labels as class indices,
+cross-entropy and softmax in training, and metrics (overall, per class, per slice) that agree
+with scikit-learn."""
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn import metrics as sk
+
+from ml.data import Preprocessor
+from ml.dataset import LabelSpec
+from ml.metrics import (
+    Evaluation,
+    MulticlassMetrics,
+    SliceSpec,
+    evaluate,
+    multiclass_metrics,
+    top_class_calibration,
+)
+from ml.task import MULTICLASS, task_named
+from ml.train import LOSSES, scores, validation_metrics
+
+pytestmark = pytest.mark.unit
+
+CLASSES = ["early", "late", "on_time"]
+
+
+def frame(rows: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "trip__speed": rng.normal(0, 1, rows),
+            "route__line": rng.choice(["red", "blue"], rows),
+            "band": rng.choice(CLASSES, rows),
+        }
+    )
+
+
+def probabilities_for(labels: Any, seed: int = 0) -> np.ndarray:
+    """Informative, imperfect probabilities: the label's class gets a head start."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 1, (len(labels), len(CLASSES)))
+    logits[np.arange(len(labels)), [CLASSES.index(v) for v in labels]] += 1.5
+    exp = np.exp(logits)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def test_multiclass_is_a_task_serving_probabilities_and_the_predicted_class():
+    assert task_named("multiclass") is MULTICLASS
+    assert (MULTICLASS.output, MULTICLASS.predicted) == ("probabilities", "predicted_class")
+    assert LabelSpec("outcomes", "band", task="multiclass").dtype == "string"
+
+
+def test_the_class_names_are_the_train_splits_label_values_sorted_as_strings():
+    train = frame().assign(band=np.resize([2, 0, 1, 10], 300))
+    fitted = Preprocessor.for_task(MULTICLASS, train, "band")
+    assert fitted.classes == ["0", "1", "10", "2"]
+    assert (fitted.task, fitted.outputs) == (MULTICLASS, 4)
+    labels = fitted.transform(train.head(4), "band").label
+    assert labels.dtype == torch.int64
+    assert labels.tolist() == [3, 0, 1, 2]
+
+
+def test_the_class_names_survive_the_json_and_an_old_json_still_loads():
+    fitted = Preprocessor.for_task(MULTICLASS, frame(), "band")
+    again = Preprocessor.from_json(fitted.to_json())
+    assert again == fitted and again.task == MULTICLASS
+    old = json.loads(fitted.to_json())
+    del old["classes"]
+    binary = Preprocessor.from_json(json.dumps(old))
+    assert binary.classes is None and binary.outputs == 1 and binary.task.name == "binary"
+
+
+def test_a_class_the_train_split_lacks_is_refused_naming_it_and_the_count():
+    fitted = Preprocessor.for_task(MULTICLASS, frame(), "band")
+    validation = frame(20, seed=1)
+    validation.loc[[3, 7], "band"] = "cancelled"
+    with pytest.raises(ValueError, match=r"'band'.*2 label\(s\).*\(first 'cancelled'\)"):
+        fitted.transform(validation, "band")
+
+
+def test_a_label_with_one_class_in_the_train_split_is_refused():
+    with pytest.raises(ValueError, match=r"'band' has 1 class\(es\).*at least 2"):
+        Preprocessor.for_task(MULTICLASS, frame().assign(band="late"), "band")
+
+
+def test_training_uses_cross_entropy_and_softmax_probabilities_of_the_classes():
+    fitted = Preprocessor.for_task(MULTICLASS, frame(), "band")
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 3.0]])
+    probabilities = scores(logits, fitted)
+    assert torch.allclose(probabilities.sum(dim=1), torch.ones(2))
+    assert probabilities.argmax(dim=1).tolist() == [0, 2]
+    loss = LOSSES["multiclass"](logits, torch.tensor([0, 2]))
+    expected = -torch.log(probabilities[[0, 1], [0, 2]]).mean()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-6)
+    measured = validation_metrics(fitted, logits, pd.Series(["early", "on_time"], name="band"))
+    assert isinstance(measured, MulticlassMetrics)
+    assert measured.accuracy == 1.0
+
+
+def test_metrics_agree_with_scikit_learn():
+    labels = np.random.default_rng(3).choice(CLASSES, 600, p=[0.2, 0.3, 0.5])
+    probabilities = probabilities_for(labels)
+    got = multiclass_metrics(labels, probabilities, CLASSES)
+    predicted = np.array(CLASSES)[probabilities.argmax(axis=1)]
+    onehot = np.eye(3)[[CLASSES.index(v) for v in labels]]
+    assert got.rows == 600
+    assert got.log_loss == pytest.approx(sk.log_loss(labels, probabilities, labels=CLASSES))
+    assert got.accuracy == pytest.approx(sk.accuracy_score(labels, predicted))
+    assert got.macro_f1 == pytest.approx(sk.f1_score(labels, predicted, average="macro"))
+    assert got.macro_recall == pytest.approx(sk.balanced_accuracy_score(labels, predicted))
+    assert got.macro_roc_auc == pytest.approx(
+        sk.roc_auc_score(labels, probabilities, multi_class="ovr", average="macro")
+    )
+    assert got.brier == pytest.approx(np.square(probabilities - onehot).sum(axis=1).mean())
+    precision, recall, f1, support = (
+        np.asarray(figure)
+        for figure in sk.precision_recall_fscore_support(labels, predicted, labels=CLASSES)
+    )
+    for k, name in enumerate(CLASSES):
+        figures = got.of_class(name)
+        assert (figures.support, figures.precision) == (support[k], pytest.approx(precision[k]))
+        assert (figures.recall, figures.f1) == (pytest.approx(recall[k]), pytest.approx(f1[k]))
+    assert got.min_recall == pytest.approx(recall.min())
+
+
+def test_the_calibration_error_is_of_the_top_class_probability():
+    labels = np.array(["late"] * 10)
+    confident = np.tile([0.05, 0.9, 0.05], (10, 1))  # right every time at 0.9: off by 0.1
+    got = multiclass_metrics(labels, confident, CLASSES)
+    assert got.calibration_error == pytest.approx(0.1)
+    (only,) = top_class_calibration(labels, confident, CLASSES)
+    assert (only.rows, only.mean_probability, only.observed_rate) == (10, 0.9, 1.0)
+
+
+def test_a_class_absent_from_the_rows_has_zero_figures_and_no_roc_auc():
+    labels = np.array(["late", "on_time"] * 5)
+    got = multiclass_metrics(labels, probabilities_for(labels), CLASSES)
+    early = got.of_class("early")
+    assert (early.support, early.recall) == (0, 0.0)
+    assert math.isfinite(got.macro_roc_auc)  # over the two classes that occur
+    single = multiclass_metrics(np.array(["late"] * 4), probabilities_for(["late"] * 4), CLASSES)
+    assert math.isnan(single.macro_roc_auc)
+
+
+def test_metrics_refuse_probabilities_that_do_not_fit_the_classes():
+    with pytest.raises(ValueError, match=r"expected \[rows, 3\]"):
+        multiclass_metrics(np.array(["late"]), np.array([[0.5, 0.5]]), CLASSES)
+    with pytest.raises(ValueError, match="1 probabilities are NaN"):
+        multiclass_metrics(np.array(["late"]), np.array([[0.5, math.nan, 0.5]]), CLASSES)
+
+
+def test_an_evaluation_has_per_slice_metrics_and_survives_its_json():
+    rows = frame(400, seed=2)
+    labels = rows["band"].to_numpy()
+    evaluation = evaluate(
+        labels,
+        probabilities_for(labels),
+        rows,
+        [SliceSpec("line", "route__line")],
+        task="multiclass",
+        classes=CLASSES,
+        min_slice_rows=10,
+    )
+    assert evaluation.task == "multiclass"
+    assert {s.value for s in evaluation.slices} == {"blue", "red"}
+    assert all(isinstance(s.metrics, MulticlassMetrics) for s in evaluation.slices)
+    assert sum(b.rows for b in evaluation.calibration) == 400
+    document = json.loads(json.dumps(evaluation.to_dict()))
+    assert document["task"] == "multiclass"
+    assert "recall/late" in document["overall"]
+    again = Evaluation.from_dict(document)
+    assert again == evaluation
+
+
+def test_a_multiclass_evaluation_needs_the_class_names_and_takes_no_threshold():
+    rows = frame(10)
+    labels, probabilities = rows["band"].to_numpy(), probabilities_for(rows["band"].to_numpy())
+    with pytest.raises(ValueError, match="needs the model's class names"):
+        evaluate(labels, probabilities, rows, [], task="multiclass")
+    with pytest.raises(ValueError, match="neither threshold nor baseline"):
+        evaluate(labels, probabilities, rows, [], task="multiclass", classes=CLASSES, threshold=0.5)
+
+
+def test_a_multiclass_label_of_fractions_is_refused_before_training(tmp_path):
+    from ml.config import TrainConfig
+    from ml.train import check
+
+    path = tmp_path / "training_set.parquet"
+    frame(20).assign(band=0.5, split="train").to_parquet(path)
+    data = {"training_set": str(path), "label": "band", "task": "multiclass"}
+    with pytest.raises(ValueError, match="the multiclass label 'band' holds double"):
+        check(TrainConfig.from_dict({"data": data, "output_dir": str(tmp_path / "run")}))
+    frame(20).assign(split="train").to_parquet(path)
+    check(TrainConfig.from_dict({"data": data, "output_dir": str(tmp_path / "run")}))
