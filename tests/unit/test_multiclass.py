@@ -198,3 +198,93 @@ def test_a_multiclass_label_of_fractions_is_refused_before_training(tmp_path):
         check(TrainConfig.from_dict({"data": data, "output_dir": str(tmp_path / "run")}))
     frame(20).assign(split="train").to_parquet(path)
     check(TrainConfig.from_dict({"data": data, "output_dir": str(tmp_path / "run")}))
+
+
+def judged_evaluation(probabilities: np.ndarray, labels: np.ndarray, rows: pd.DataFrame):
+    return evaluate(
+        labels,
+        probabilities,
+        rows,
+        [SliceSpec("line", "route__line")],
+        task="multiclass",
+        classes=CLASSES,
+        min_slice_rows=10,
+    )
+
+
+def test_the_multiclass_gate_promotes_a_good_model_and_judges_the_champion_by_its_metrics():
+    from declare.gate import MulticlassGatePolicy, policy_from_dict, rule_names
+    from ml.gate import GateReport, decide
+
+    rows = frame(600, seed=4)
+    labels = rows["band"].to_numpy()
+    good = probabilities_for(labels, seed=5)
+    policy = MulticlassGatePolicy(min_slice_rows=50)
+    first = decide(judged_evaluation(good, labels, rows), None, policy)
+    assert first.passed, first.reasons
+    assert [r.rule for r in first.rules] == list(rule_names("multiclass"))
+    assert "class_recall_floor" in rule_names("multiclass")
+    assert "class_recall_floor" not in rule_names("binary")
+    noise = np.random.default_rng(6).dirichlet(np.ones(3), len(labels))
+    worse = decide(
+        judged_evaluation(noise, labels, rows),
+        judged_evaluation(good, labels, rows),
+        policy,
+        champion_version="3",
+    )
+    assert worse.decision == "reject"
+    assert not worse.rule("no_regression").passed
+    assert "macro_f1" in worse.rule("no_regression").summary
+    assert not worse.rule("no_slice_regression").passed
+    again = GateReport.from_json(worse.to_json())
+    assert again.policy == policy and again.challenger == worse.challenger
+    assert policy_from_dict(policy.to_dict()) == policy
+
+
+def test_a_class_never_predicted_fails_the_recall_floor_naming_the_class():
+    from declare.gate import MulticlassGatePolicy
+    from ml.gate import decide
+
+    rows = frame(300, seed=7)
+    labels = rows["band"].to_numpy()
+    never_early = probabilities_for(labels, seed=8)
+    never_early[:, 0] = 0.0
+    never_early /= never_early.sum(axis=1, keepdims=True)
+    evaluation = judged_evaluation(never_early, labels, rows)
+    report = decide(evaluation, None, MulticlassGatePolicy(min_class_recall=0.2))
+    rule = report.rule("class_recall_floor")
+    assert not rule.passed
+    assert rule.failures == [
+        f"early: recall 0.000 < floor 0.200 ({int((labels == 'early').sum()):,} rows)"
+    ]
+    assert decide(evaluation, None, MulticlassGatePolicy()).rule("class_recall_floor").passed
+
+
+def test_multiclass_evaluations_of_different_test_sets_cannot_be_compared():
+    from declare.gate import MulticlassGatePolicy
+    from ml.gate import decide
+
+    rows = frame(300, seed=9)
+    labels = rows["band"].to_numpy()
+    ours = judged_evaluation(probabilities_for(labels), labels, rows)
+    other = rows.assign(band=np.roll(labels, 1))
+    moved = other["band"].to_numpy()
+    theirs = judged_evaluation(
+        probabilities_for(moved), np.where(moved == "late", "early", moved), other
+    )
+    result = decide(ours, theirs, MulticlassGatePolicy()).rule("no_regression")
+    assert not result.passed and "different test sets" in result.summary
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"min_class_recall": 1.5}, "min_class_recall"),
+        ({"compared_metrics": ("rmse",)}, "compared"),
+    ],
+)
+def test_a_bad_multiclass_policy_is_refused_naming_the_field(changes, field):
+    from declare.gate import MulticlassGatePolicy
+
+    with pytest.raises(ValueError, match=field):
+        MulticlassGatePolicy(**changes)
