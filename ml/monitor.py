@@ -185,7 +185,7 @@ def drift_day(
     rows = store.view_rows(case.label.view, start.astimezone(dt.UTC), day_end.astimezone(dt.UTC))
     entities = entity_frame(rows, [*store.join_keys(service), EVENT_TIMESTAMP], case)
     frames = [
-        chunk.assign(**{SCORE: scorer.predict(chunk)})
+        chunk.assign(**{SCORE: scorer.monitored(chunk)})
         for chunk in feature_chunks(store, entities, service, chunk_rows)
     ]
     current = pd.concat(frames, ignore_index=True) if frames else reference_rows.iloc[:0]

@@ -288,3 +288,161 @@ def test_a_bad_multiclass_policy_is_refused_naming_the_field(changes, field):
 
     with pytest.raises(ValueError, match=field):
         MulticlassGatePolicy(**changes)
+
+
+@pytest.fixture(scope="module")
+def served_multiclass(tmp_path_factory: pytest.TempPathFactory):
+    """A small network fitted for a few steps on a learnable three-class label, exported."""
+    from ml import export
+    from ml.config import ModelConfig
+    from ml.model import build_model
+
+    rows = frame(600, seed=11)
+    speed = rows["trip__speed"].to_numpy()
+    rows["band"] = np.where(speed < -0.5, "early", np.where(speed > 0.5, "late", "on_time"))
+    rows.loc[rows.index[:30], "trip__speed"] = np.nan  # missing numbers are in the graph too
+    fitted = Preprocessor.for_task(MULTICLASS, rows, "band")
+    torch.manual_seed(0)
+    model = build_model(fitted.numeric_width, fitted.cardinalities, fitted.outputs, ModelConfig())
+    data = fitted.transform(rows, "band")
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(60):
+        loss = LOSSES["multiclass"](model(data.numeric, data.categorical), data.label)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    path = tmp_path_factory.mktemp("multiclass") / "model.onnx"
+    return model, fitted, export.export(model, fitted, path, {"feature_service": "trips_v1"}), rows
+
+
+def test_the_served_graph_gives_every_classs_probability_and_the_predicted_class(
+    served_multiclass,
+):
+    import onnxruntime as ort
+
+    from ml import export
+    from ml.predict import Scorer
+    from ml.train import predictions
+
+    model, fitted, exported, rows = served_multiclass
+    scorer = Scorer.load(exported.path)
+    assert scorer.task == MULTICLASS and scorer.classes == CLASSES
+    onnx_probabilities = scorer.predict(rows)
+    torch_probabilities = predictions(model, fitted, rows)
+    assert onnx_probabilities.shape == (600, 3) and onnx_probabilities.dtype == np.float32
+    np.testing.assert_allclose(onnx_probabilities, torch_probabilities, rtol=1e-5, atol=1e-6)
+    session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
+    (named,) = session.run(["predicted_class"], scorer.inputs(rows))
+    assert named.tolist() == [CLASSES[k] for k in torch_probabilities.argmax(axis=1)]
+    learned = multiclass_metrics(rows["band"].to_numpy(), onnx_probabilities, CLASSES)
+    assert learned.accuracy > 0.8  # it learned the bands, so the classes' order matters
+    report = export.parity(exported.path, model, fitted, rows, batch_sizes=(1, 7, 1024))
+    assert report.passed and report.mismatched_rows == 0, report.as_dict()
+
+
+def test_a_wrong_class_probability_fails_parity_on_its_rows(served_multiclass, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    from ml import export
+
+    model, fitted, exported, rows = served_multiclass
+    proto = onnx.load_model(str(exported.path))
+    last_bias = [t for t in proto.graph.initializer if t.name.endswith("bias")][-1]
+    changed = numpy_helper.to_array(last_bias).copy()
+    changed[1] += 1.0  # one class's logit: the probabilities of rows not yet certain move
+    last_bias.CopyFrom(numpy_helper.from_array(changed, last_bias.name))
+    onnx.save_model(proto, str(tmp_path / "tampered.onnx"))
+    report = export.parity(tmp_path / "tampered.onnx", model, fitted, rows, batch_sizes=())
+    assert not report.passed and report.mismatched_rows > len(rows) // 10
+    assert 0.05 < report.max_abs_error < 0.5
+
+
+def test_scored_rows_carry_the_predicted_class_its_probability_and_each_classs(
+    served_multiclass, tmp_path
+):
+    from ml.predict import Scorer, score_to_parquet
+
+    _, _, exported, rows = served_multiclass
+    scorer = Scorer.load(exported.path)
+    with pytest.raises(ValueError, match="a multiclass model takes none"):
+        score_to_parquet(
+            scorer, [rows], tmp_path / "x.parquet", keep=[], constants={}, threshold=0.5
+        )
+    batches = [rows.iloc[i : i + 128] for i in range(0, len(rows), 128)]
+    summary = score_to_parquet(
+        scorer,
+        batches,
+        tmp_path / "scored.parquet",
+        keep=["band"],
+        constants={"model_version": "1"},
+    )
+    scored = pd.read_parquet(tmp_path / "scored.parquet")
+    assert list(scored.columns) == [
+        "band",
+        "predicted_class",
+        "predicted_probability",
+        "probability_early",
+        "probability_late",
+        "probability_on_time",
+        "model_version",
+    ]
+    probabilities = scorer.predict(rows)
+    assert scored["predicted_class"].tolist() == [CLASSES[k] for k in probabilities.argmax(axis=1)]
+    np.testing.assert_allclose(scored["predicted_probability"], probabilities.max(axis=1))
+    np.testing.assert_allclose(scored["probability_late"], probabilities[:, 1])
+    counts = scored["predicted_class"].value_counts()
+    assert summary.predicted_classes == {c: int(counts.get(c, 0)) for c in CLASSES}
+    assert summary.rows == 600
+    assert summary.mean == pytest.approx(float(probabilities.max(axis=1).mean()), rel=1e-6)
+
+
+def predicted_frame(shares: list[float], rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "trip__speed": rng.normal(0, 1, rows),
+            "probability": rng.choice(CLASSES, rows, p=shares).astype(object),
+        }
+    )
+
+
+def test_the_drift_of_predicted_classes_is_the_psi_of_their_shares():
+    from ml.drift import compare, psi
+
+    reference = predicted_frame([0.2, 0.3, 0.5])
+    same = compare(reference, predicted_frame([0.2, 0.3, 0.5], seed=1), ["trip__speed"], [])
+    moved = compare(reference, predicted_frame([0.6, 0.3, 0.1], seed=2), ["trip__speed"], [])
+    assert same.score is not None and moved.score is not None
+    assert same.score.level == "ok" and same.score.ks_statistic is None
+    assert moved.score.level == "fail" and moved.drift_event
+    shares = [reference["probability"].value_counts()[c] for c in CLASSES]
+    today = predicted_frame([0.6, 0.3, 0.1], seed=2)["probability"].value_counts()
+    # Over the classes, plus empty bins for a class the reference never predicted and missing.
+    expected = psi(np.array([*shares, 0, 0]), np.array([*(today[c] for c in CLASSES), 0, 0]))
+    assert moved.score.psi == pytest.approx(expected)
+
+
+def test_lines_measured_on_the_training_period_bin_predicted_classes_as_categories():
+    from declare.policies import LineRule
+    from ml.drift import ColumnLines, natural_lines
+
+    rows = predicted_frame([0.2, 0.3, 0.5], rows=1_400)
+    days = pd.Series(np.repeat(pd.date_range("2024-01-01", periods=14).date, 100))
+    lines = natural_lines(
+        rows, days, ["trip__speed"], [], 7, ColumnLines(1e-9, 1e-9, 1e-9, 1e-9), LineRule()
+    )
+    assert lines is not None
+    measured = lines.columns["probability"]
+    # The shares wobble from window to window (as numbers, every class would be missing alike).
+    assert 1e-4 < measured.psi_warn < 0.1
+
+
+def test_a_scorer_monitors_the_predicted_class(served_multiclass):
+    from ml.predict import Scorer
+
+    _, _, exported, rows = served_multiclass
+    scorer = Scorer.load(exported.path)
+    monitored = scorer.monitored(rows.head(50))
+    assert monitored.tolist() == [CLASSES[k] for k in scorer.predict(rows.head(50)).argmax(axis=1)]
