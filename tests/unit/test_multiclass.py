@@ -334,7 +334,7 @@ def test_the_served_graph_gives_every_classs_probability_and_the_predicted_class
     np.testing.assert_allclose(onnx_probabilities, torch_probabilities, rtol=1e-5, atol=1e-6)
     session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
     (named,) = session.run(["predicted_class"], scorer.inputs(rows))
-    assert named.tolist() == [CLASSES[k] for k in torch_probabilities.argmax(axis=1)]
+    assert np.asarray(named).tolist() == [CLASSES[k] for k in torch_probabilities.argmax(axis=1)]
     learned = multiclass_metrics(rows["band"].to_numpy(), onnx_probabilities, CLASSES)
     assert learned.accuracy > 0.8  # it learned the bands, so the classes' order matters
     report = export.parity(exported.path, model, fitted, rows, batch_sizes=(1, 7, 1024))
