@@ -179,11 +179,12 @@ class DriftReport:
         return "ok"
 
     def summary(self) -> str:
-        score = (
-            f"score PSI {self.score.psi:.3f}, KS {self.score.ks_statistic:.3f} ({self.score.level})"
-            if self.score is not None
-            else "no score"
-        )
+        score = "no score"
+        if self.score is not None:
+            # Predicted classes (multiclass) have a PSI over the classes and no KS.
+            ks = self.score.ks_statistic
+            shown = "" if ks is None else f", KS {ks:.3f}"
+            score = f"score PSI {self.score.psi:.3f}{shown} ({self.score.level})"
         head = (
             f"{score}; {len(self.failed)} of {len(self.features)} features drifted,"
             f" {len(self.warned)} warned; {self.current_rows} rows vs {self.reference_rows}"

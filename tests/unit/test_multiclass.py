@@ -417,6 +417,8 @@ def test_the_drift_of_predicted_classes_is_the_psi_of_their_shares():
     assert same.score is not None and moved.score is not None
     assert same.score.level == "ok" and same.score.ks_statistic is None
     assert moved.score.level == "fail" and moved.drift_event
+    assert moved.summary().startswith("score PSI 1.035 (fail); 0 of 1 features drifted")
+    assert "| probability | score | fail |" in moved.table()
     shares = [reference["probability"].value_counts()[c] for c in CLASSES]
     today = predicted_frame([0.6, 0.3, 0.1], seed=2)["probability"].value_counts()
     # Over the classes, plus empty bins for a class the reference never predicted and missing.
@@ -446,3 +448,42 @@ def test_a_scorer_monitors_the_predicted_class(served_multiclass):
     scorer = Scorer.load(exported.path)
     monitored = scorer.monitored(rows.head(50))
     assert monitored.tolist() == [CLASSES[k] for k in scorer.predict(rows.head(50)).argmax(axis=1)]
+
+
+def test_realized_performance_judges_macro_f1_with_a_bootstrap_interval():
+    from declare.policies import DecayPolicy
+    from ml.realized import realized
+
+    labels = np.random.default_rng(12).choice(CLASSES, 500, p=[0.2, 0.3, 0.5])
+    probabilities = probabilities_for(labels, seed=13)
+    tested = multiclass_metrics(labels, probabilities, CLASSES)
+    policy = DecayPolicy(samples=50, min_rows=50)
+    assert policy.metric_for("multiclass") == "macro_f1"
+    report = realized(
+        labels, probabilities, "multiclass", {"macro_f1": tested.macro_f1}, policy, classes=CLASSES
+    )
+    assert report.metric == "macro_f1" and report.overall.verdict == "ok"
+    measured = report.overall.measured
+    assert measured.low <= tested.macro_f1 <= measured.high
+    assert report.metrics["recall/late"] == pytest.approx(tested.of_class("late").recall)
+    shuffled = probabilities[np.random.default_rng(14).permutation(500)]
+    decayed = realized(
+        labels, shuffled, "multiclass", {"macro_f1": tested.macro_f1}, policy, classes=CLASSES
+    )
+    assert decayed.overall.verdict == "failed"
+
+
+def test_the_per_class_plots_draw_and_refuse_an_evaluation_without_classes():
+    from ml.plots import class_bars, confusion_matrix
+
+    rows = frame(200, seed=15)
+    labels = rows["band"].to_numpy()
+    probabilities = probabilities_for(labels)
+    evaluation = judged_evaluation(probabilities, labels, rows)
+    assert class_bars({"challenger": evaluation, "champion v1": evaluation}).startswith(b"\x89PNG")
+    assert confusion_matrix(labels, probabilities, CLASSES).startswith(b"\x89PNG")
+    binary = evaluate(
+        np.array([0, 1] * 50), np.linspace(0, 1, 100), rows.head(100), [], threshold=0.5
+    )
+    with pytest.raises(ValueError, match="binary evaluation has no per-class figures"):
+        class_bars({"challenger": binary})
