@@ -1,5 +1,5 @@
 """The flight-delay bands use case (multiclass) through the generic stages, as `make run` drives
-them: eight days of 2013's flights ingested and featured, a training set split by the window, a
+them: six days of 2013's flights ingested and featured, a training set split by the window, a
 small model trained with cross-entropy over the four bands, judged by the multiclass gate,
 exported to ONNX (per-band probabilities and the predicted band) passing parity, registered as
 the champion, and a day scored and checked for the drift of its predicted bands."""
@@ -28,12 +28,12 @@ from usecases.flight_bands.features import BANDS as BAND_EDGES
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-DAYS = [dt.date(2013, 1, 1) + dt.timedelta(days=n) for n in range(8)]
+DAYS = [dt.date(2013, 1, 1) + dt.timedelta(days=n) for n in range(6)]
 WINDOW = BANDS.window.config(DAYS[0], DAYS[-1])
 SCORED = DAYS[-1].isoformat()
 CLASSES = sorted(name for name, _, _ in BAND_EDGES)
 TRAIN = {"optim": {"max_epochs": 4, "batch_size": 256}, "model": {"hidden_sizes": [32, 16]}}
-# Eight days are too few for the production floor; the test is about mechanics, not accuracy.
+# Six days are too few for the production floor; the test is about mechanics, not accuracy.
 LENIENT = {"min_macro_roc_auc": 0.5, "max_calibration_error": 0.5}
 
 
