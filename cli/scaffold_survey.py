@@ -38,7 +38,7 @@ Role = Literal["entity", "timestamp", "label", "number", "category", "skipped"]
 
 SCAFFOLDED_TASKS = ("binary", "regression")
 """The tasks the scaffold lays out a use case for: its history features average a numeric
-label. A multiclass use case is declared by hand (`usecases/flight_bands/`)."""
+label. A multiclass use case is declared by hand (docs/usecases.md, "Tasks")."""
 
 
 class ScaffoldError(ValueError):
