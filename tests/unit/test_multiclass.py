@@ -487,3 +487,27 @@ def test_the_per_class_plots_draw_and_refuse_an_evaluation_without_classes():
     )
     with pytest.raises(ValueError, match="binary evaluation has no per-class figures"):
         class_bars({"challenger": binary})
+
+
+def test_a_multiclass_label_is_read_as_class_names_and_counted_per_split():
+    from ml.dataset import TimeSplit, assemble, labelled_rows
+
+    stamps = pd.to_datetime(
+        ["2013-01-01T06:00Z", "2013-01-02T06:00Z", "2013-01-03T06:00Z", "2013-01-04T06:00Z"]
+    )
+    outcomes = pd.DataFrame(
+        {"flight_id": list("abcd"), "event_timestamp": stamps, "band": [2, 0, 2, None]}
+    )
+    spec = LabelSpec(view="outcome", label="band", task="multiclass")
+    entity, unlabelled = labelled_rows(outcomes, spec, ["flight_id"])
+    assert entity["band"].tolist() == ["2", "0", "2"] and unlabelled == 1
+    split = TimeSplit(
+        *(pd.Timestamp(d).date() for d in ("2013-01-01", "2013-01-03", "2013-01-04", "2013-01-05"))
+    )
+    _, summary = assemble(entity.assign(f__x=1.0), spec, split, ["f__x"], 1)
+    assert summary.classes == {
+        "train": {"0": 1, "2": 1},
+        "validation": {"0": 0, "2": 1},
+        "test": {"0": 0, "2": 0},
+    }
+    assert summary.label_mean == {} and summary.positives == {}
