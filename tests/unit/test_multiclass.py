@@ -2,6 +2,7 @@
 cross-entropy and softmax in training, and metrics (overall, per class, per slice) that agree
 with scikit-learn."""
 
+import datetime as dt
 import json
 import math
 from typing import Any
@@ -501,9 +502,8 @@ def test_a_multiclass_label_is_read_as_class_names_and_counted_per_split():
     spec = LabelSpec(view="outcome", label="band", task="multiclass")
     entity, unlabelled = labelled_rows(outcomes, spec, ["flight_id"])
     assert entity["band"].tolist() == ["2", "0", "2"] and unlabelled == 1
-    split = TimeSplit(
-        *(pd.Timestamp(d).date() for d in ("2013-01-01", "2013-01-03", "2013-01-04", "2013-01-05"))
-    )
+    day = dt.date.fromisoformat
+    split = TimeSplit(day("2013-01-01"), day("2013-01-03"), day("2013-01-04"), day("2013-01-05"))
     _, summary = assemble(entity.assign(f__x=1.0), spec, split, ["f__x"], 1)
     assert summary.classes == {
         "train": {"0": 1, "2": 1},
