@@ -22,6 +22,7 @@ MLFLOW_UI = f"{LOCAL_MLFLOW_UI}/#/?{ML_VIEW}"
 """`make mlflow`'s UI, on its machine-learning view (MLflow 3 opens on GenAI otherwise)."""
 BINARY_EVALUATION = ("test_roc_auc", "test_threshold")
 REGRESSION_EVALUATION = ("test_rmse", "test_mae", "test_r2")
+MULTICLASS_EVALUATION = ("test_macro_f1", "test_macro_roc_auc", "test_accuracy", "test_log_loss")
 """`model_evaluation` metadata the summary shows, by task."""
 
 
@@ -196,7 +197,9 @@ class Summary:
             ]
         evaluation = self.metadata(model, "model_evaluation")
         if evaluation:
-            shown = BINARY_EVALUATION if self.case.label.task == "binary" else REGRESSION_EVALUATION
+            shown = {"binary": BINARY_EVALUATION, "multiclass": MULTICLASS_EVALUATION}.get(
+                self.case.label.task, REGRESSION_EVALUATION
+            )
             metrics = "".join(
                 f", {key} {_number(evaluation[key], '.4f')}" for key in shown if key in evaluation
             )

@@ -41,8 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli.scaffold_render import format_call, quoted_names, render
-from cli.scaffold_survey import REPO_ROOT, Layout, Options, ScaffoldError, identifier_like, survey
-from declare import TASKS
+from cli.scaffold_survey import (
+    REPO_ROOT,
+    SCAFFOLDED_TASKS,
+    Layout,
+    Options,
+    ScaffoldError,
+    identifier_like,
+    survey,
+)
 from declare.feast_names import NAMES_FILE
 from resources.feast_names import refresh
 
@@ -252,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--entity", required=True, help="the column of the entity an event is of")
     parser.add_argument("--timestamp", required=True, help="the column of the event's time")
     parser.add_argument("--label", required=True, help="the column of the label")
-    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--task", required=True, choices=SCAFFOLDED_TASKS)
     parser.add_argument(
         "--event-key",
         metavar="COL[,COL]",

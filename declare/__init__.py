@@ -8,7 +8,14 @@ milliseconds and reads on its own.
 """
 
 from declare.contracts import ColumnRule, TableContract
-from declare.gate import GATE_RULES, TASKS, GatePolicy, GateRule, RegressionGatePolicy
+from declare.gate import (
+    GATE_RULES,
+    TASKS,
+    GatePolicy,
+    GateRule,
+    MulticlassGatePolicy,
+    RegressionGatePolicy,
+)
 from declare.policies import Automation, DecayPolicy, DriftSettings, LineRule, Revisions
 from declare.usecase import (
     PREDICTED_AT,
@@ -51,6 +58,7 @@ __all__ = [
     "Label",
     "LineRule",
     "Lookup",
+    "MulticlassGatePolicy",
     "Prediction",
     "RegressionGatePolicy",
     "Revisions",

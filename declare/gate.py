@@ -11,8 +11,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-TASKS = ("binary", "regression")
-"""What a use case's label can be: a binary outcome, or a number."""
+TASKS = ("binary", "regression", "multiclass")
+"""What a use case's label can be: a binary outcome, a number, or one of a few classes."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,13 @@ GATE_RULES = (
     GateRule(
         "absolute_floor",
         "The challenger clears the absolute bar (binary: ROC AUC floor, calibration error"
-        " ceiling; regression: RMSE/MAE ceilings, R² floor).",
+        " ceiling; regression: RMSE/MAE ceilings, R² floor; multiclass: macro ROC AUC and macro"
+        " F1 floors, top-class calibration error ceiling).",
         "the challenger's overall metrics against the policy's floors and ceilings",
-        policy_fields=("min_roc_auc", "max_calibration_error", "max_rmse", "max_mae", "min_r2"),
+        policy_fields=(
+            *("min_roc_auc", "max_calibration_error", "max_rmse", "max_mae", "min_r2"),
+            *("min_macro_roc_auc", "min_macro_f1"),
+        ),
     ),
     GateRule(
         "no_regression",
@@ -54,13 +58,18 @@ GATE_RULES = (
             *("max_roc_auc_drop", "max_average_precision_drop"),
             *("max_log_loss_rise", "max_brier_rise"),
             *("max_rmse_rise_fraction", "max_mae_rise_fraction"),
+            *("max_macro_f1_drop", "max_macro_roc_auc_drop", "max_accuracy_drop"),
         ),
     ),
     GateRule(
         "no_slice_regression",
         "No slice with enough rows regresses against the champion.",
-        "the ROC AUC (binary) or RMSE (regression) of every slice value both evaluated",
-        policy_fields=("max_slice_roc_auc_drop", "max_slice_rmse_rise_fraction", "min_slice_rows"),
+        "the ROC AUC (binary), RMSE (regression) or macro F1 (multiclass) of every slice value"
+        " both evaluated",
+        policy_fields=(
+            *("max_slice_roc_auc_drop", "max_slice_rmse_rise_fraction", "max_slice_macro_f1_drop"),
+            "min_slice_rows",
+        ),
     ),
     GateRule(
         "beats_baseline",
@@ -68,6 +77,13 @@ GATE_RULES = (
         "the RMSE of the challenger and of the baseline forecast on the rows it covers",
         tasks=("regression",),
         policy_fields=("require_baseline",),
+    ),
+    GateRule(
+        "class_recall_floor",
+        "Every class with test rows is recalled at least as often as the floor.",
+        "the recall of each class of the challenger with rows in the test split",
+        tasks=("multiclass",),
+        policy_fields=("min_class_recall",),
     ),
 )
 """Every rule of the gate, in the order it is judged."""
@@ -223,19 +239,113 @@ class RegressionGatePolicy:
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
-Policy = GatePolicy | RegressionGatePolicy
+MULTICLASS_HIGHER_IS_BETTER = {
+    "macro_f1": True,
+    "macro_roc_auc": True,
+    "accuracy": True,
+    "log_loss": False,
+    "brier": False,
+}
+"""The multiclass metrics the no_regression rule can compare, and which way is better for each."""
+
+
+@dataclass(frozen=True)
+class MulticlassGatePolicy:
+    """The gate of a multiclass classifier. Floors and tolerances are in the metrics' own units
+    (fractions; log loss in nats)."""
+
+    task: ClassVar[str] = "multiclass"
+    rule_names: ClassVar[tuple[str, ...]] = rule_names("multiclass")
+
+    min_macro_roc_auc: float = 0.6
+    """Absolute floor of the challenger's overall macro one-vs-rest ROC AUC."""
+    min_macro_f1: float = 0.0
+    """Absolute floor of the challenger's overall macro F1."""
+    max_calibration_error: float = 0.1
+    """Absolute ceiling of the expected calibration error of the top-class probability."""
+    min_class_recall: float = 0.0
+    """Floor of each class's recall (of the classes with test rows): above 0, a model that never
+    predicts a class fails however good its averages."""
+    compared_metrics: tuple[str, ...] = ("macro_f1", "macro_roc_auc", "log_loss")
+    """Overall metrics that must not be worse than the champion's beyond their tolerance; each
+    one's direction is in `MULTICLASS_HIGHER_IS_BETTER` and its tolerance in the field below."""
+    max_macro_f1_drop: float = 0.01
+    """How far the overall macro F1 may fall below the champion's."""
+    max_macro_roc_auc_drop: float = 0.005
+    """How far the overall macro ROC AUC may fall below the champion's."""
+    max_accuracy_drop: float = 0.01
+    """How far the overall accuracy may fall below the champion's."""
+    max_log_loss_rise: float = 0.005
+    """How far the overall log loss may rise above the champion's."""
+    max_brier_rise: float = 0.005
+    """How far the overall multiclass Brier score may rise above the champion's."""
+    max_slice_macro_f1_drop: float = 0.05
+    """How far the macro F1 of any slice value evaluated for both models may fall."""
+    min_slice_rows: int = 200
+    """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
+        for name in (
+            "min_macro_roc_auc",
+            "min_macro_f1",
+            "max_calibration_error",
+            "min_class_recall",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name}={value}: must lie in [0, 1]")
+        for name in (
+            "max_macro_f1_drop",
+            "max_macro_roc_auc_drop",
+            "max_accuracy_drop",
+            "max_log_loss_rise",
+            "max_brier_rise",
+            "max_slice_macro_f1_drop",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value}: must be finite and not negative")
+        if self.min_slice_rows < 1:
+            raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        unknown = [m for m in self.compared_metrics if m not in MULTICLASS_HIGHER_IS_BETTER]
+        if unknown or not self.compared_metrics:
+            raise ValueError(
+                f"compared_metrics={self.compared_metrics}: "
+                f"must be some of {tuple(MULTICLASS_HIGHER_IS_BETTER)}"
+            )
+        if len(set(self.compared_metrics)) != len(self.compared_metrics):
+            raise ValueError(f"compared_metrics={self.compared_metrics}: repeats a metric")
+
+    def tolerance(self, metric: str) -> float:
+        """How much worse than the champion's `metric` may be, in its own units."""
+        suffix = "drop" if MULTICLASS_HIGHER_IS_BETTER[metric] else "rise"
+        return getattr(self, f"max_{metric}_{suffix}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, **asdict(self), "compared_metrics": list(self.compared_metrics)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "MulticlassGatePolicy":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+Policy = GatePolicy | RegressionGatePolicy | MulticlassGatePolicy
 """A gate policy of any task."""
 
 
 def policy_from_dict(values: dict[str, Any]) -> Policy:
-    """The policy of a `to_dict` output: a regression policy names its task; a dict that names
-    none is a binary one."""
-    if values.get("task", "binary") == "regression":
+    """The policy of a `to_dict` output: a regression or multiclass policy names its task; a
+    dict that names none is a binary one."""
+    task = values.get("task", "binary")
+    if task == "regression":
         return RegressionGatePolicy.from_dict(values)
+    if task == "multiclass":
+        return MulticlassGatePolicy.from_dict(values)
     return GatePolicy.from_dict(values)
 
 
-POLICIES = (GatePolicy, RegressionGatePolicy)
+POLICIES = (GatePolicy, RegressionGatePolicy, MulticlassGatePolicy)
 """Every task's policy, in the order of `TASKS`."""
 
 

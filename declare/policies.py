@@ -121,6 +121,7 @@ class DriftSettings:
 
 REALIZED_METRICS = {
     **dict.fromkeys(("roc_auc", "average_precision", "accuracy", "f1", "r2"), True),
+    **dict.fromkeys(("macro_f1", "macro_recall", "macro_roc_auc"), True),
     **dict.fromkeys(("log_loss", "brier", "calibration_error", "rmse", "mae"), False),
 }
 """The metrics realized performance can judge, and whether higher is better for each."""
@@ -133,7 +134,7 @@ class DecayPolicy:
 
     metric: str | None = None
     """The metric judged; None: the task's (`roc_auc` for a binary model, `rmse` for a
-    regression)."""
+    regression, `macro_f1` for a multiclass one)."""
     max_drop: float = 0.1
     """The relative degradation that fails: a realized figure worse than the test figure by more
     than this fraction of it (0.1: a ROC AUC under 0.9 times the tested one, an RMSE over 1.1
@@ -165,7 +166,7 @@ class DecayPolicy:
         """The metric judged for a model of `task`: `metric`, else the task's."""
         if self.metric is not None:
             return self.metric
-        return "roc_auc" if task == "binary" else "rmse"
+        return {"binary": "roc_auc", "multiclass": "macro_f1"}.get(task, "rmse")
 
     def for_task(self, task: str) -> "DecayPolicy":
         """This policy with its metric named (`metric_for`)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from declare.contracts import TableContract
-from declare.gate import TASKS, GatePolicy, Policy, RegressionGatePolicy
+from declare.gate import TASKS, GatePolicy, MulticlassGatePolicy, Policy, RegressionGatePolicy
 from declare.policies import Automation, DecayPolicy, DriftSettings, Revisions
 
 if TYPE_CHECKING:
@@ -486,6 +486,8 @@ class UseCase:
             return self.gate
         if self.label.task == "regression":
             return RegressionGatePolicy(require_baseline=self.baseline is not None)
+        if self.label.task == "multiclass":
+            return MulticlassGatePolicy()
         return GatePolicy()
 
     @property

@@ -4,7 +4,9 @@ Features are the FeatureService's columns, `<view>__<feature>`. Numbers are stan
 the train split's mean and standard deviation, a missing value becomes 0 (the mean) plus a
 missing flag; text columns become indices into a vocabulary of the train split's values, with 0
 reserved for anything else (unknown or missing). A regression label is standardized too, with
-the train split's mean and standard deviation (`TargetScaler`); a binary label is used as it is.
+the train split's mean and standard deviation (`TargetScaler`); a binary label is used as it is;
+a multiclass label becomes its index among the train split's class names (its values as strings,
+sorted), and a class the train split lacks is refused.
 Everything is fitted on the train split only, so validation and test rows see exactly what
 serving will see.
 """
@@ -17,7 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ml.task import BINARY, REGRESSION, Task
+from ml.metrics import class_indices, class_names
+from ml.task import BINARY, MULTICLASS, REGRESSION, Task
 
 FEATURE_SEPARATOR = "__"
 UNKNOWN = 0
@@ -77,11 +80,29 @@ class Preprocessor:
     vocabularies: list[list[str]]
     target: TargetScaler | None = None
     """The label's standardization (regression); None: the label is used as it is (binary)."""
+    classes: list[str] | None = None
+    """The class names (multiclass): the train split's label values as strings, sorted; a row's
+    label is learned as its index here. None: the label is a number (binary, regression)."""
 
     @classmethod
-    def fit(cls, train: pd.DataFrame, standardized_label: str | None = None) -> "Preprocessor":
-        """Fitted on the `train` split's feature columns, and on its `standardized_label` column
-        when one is named (a regression label)."""
+    def for_task(cls, task: Task, train: pd.DataFrame, label: str) -> "Preprocessor":
+        """Fitted on the `train` split's feature columns and, as `task` needs, on its `label`
+        column: its standardization (regression) or its class names (multiclass)."""
+        if task == MULTICLASS:
+            return cls.fit(train, class_label=label)
+        return cls.fit(train, label if task.standardized_label else None)
+
+    @classmethod
+    def fit(
+        cls,
+        train: pd.DataFrame,
+        standardized_label: str | None = None,
+        *,
+        class_label: str | None = None,
+    ) -> "Preprocessor":
+        """Fitted on the `train` split's feature columns, on its `standardized_label` column
+        when one is named (a regression label), and on the class names of its `class_label`
+        column when one is named (a multiclass label)."""
         features = feature_columns(train)
         numeric = [c for c in features if pd.api.types.is_numeric_dtype(train[c])]
         categorical = [c for c in features if c not in numeric]
@@ -94,12 +115,16 @@ class Preprocessor:
             if standardized_label not in train.columns:
                 raise ValueError(f"training data lacks the label column {standardized_label!r}")
             target = TargetScaler.fit(train[standardized_label])
-        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies, target)
+        classes = None if class_label is None else fit_classes(train, class_label)
+        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies, target, classes)
 
     @property
     def task(self) -> Task:
-        """What the network's output means: a standardized label (regression) when a target
-        scaler was fitted, a logit (binary) otherwise."""
+        """What the network's output means: one logit per class (multiclass) when class names
+        were fitted, a standardized label (regression) when a target scaler was, a logit
+        (binary) otherwise."""
+        if self.classes is not None:
+            return MULTICLASS
         return BINARY if self.target is None else REGRESSION
 
     @property
@@ -113,8 +138,8 @@ class Preprocessor:
 
     @property
     def outputs(self) -> int:
-        """The network's outputs per row for this task."""
-        return 1
+        """The network's outputs per row for this task: one per class (multiclass), else one."""
+        return 1 if self.classes is None else len(self.classes)
 
     @property
     def features(self) -> list[str]:
@@ -125,7 +150,9 @@ class Preprocessor:
         if label not in frame.columns:
             raise ValueError(f"training data lacks the label column {label!r}")
         numeric, indices = self.inputs(frame)
-        if self.target is None:
+        if self.classes is not None:
+            labels = _class_indices(frame[label], self.classes)
+        elif self.target is None:
             labels = frame[label].to_numpy(dtype="float32")
         else:
             labels = self.target.transform(frame[label])
@@ -159,10 +186,11 @@ class Preprocessor:
         return torch.from_numpy(numeric), torch.from_numpy(indices)
 
     def to_json(self) -> str:
-        """JSON of every field; `target` only when there is one."""
+        """JSON of every field; `target` and `classes` only when there are some."""
         values = asdict(self)
-        if self.target is None:
-            del values["target"]
+        for optional in ("target", "classes"):
+            if values[optional] is None:
+                del values[optional]
         return json.dumps(values, sort_keys=True)
 
     @classmethod
@@ -170,6 +198,29 @@ class Preprocessor:
         values = json.loads(text)
         target = values.pop("target", None)
         return cls(**values, target=None if target is None else TargetScaler(**target))
+
+
+def fit_classes(train: pd.DataFrame, label: str) -> list[str]:
+    """The class names of the train split's `label` column, sorted; at least two."""
+    if label not in train.columns:
+        raise ValueError(f"training data lacks the label column {label!r}")
+    try:
+        classes = sorted(set(class_names(train[label]).tolist()))
+    except ValueError as missing:
+        raise ValueError(f"the label column {label!r}: {missing}") from None
+    if len(classes) < 2:
+        raise ValueError(
+            f"the multiclass label {label!r} has {len(classes)} class(es) in the train split"
+            f" {classes}: at least 2 are needed"
+        )
+    return classes
+
+
+def _class_indices(labels: pd.Series, classes: list[str]) -> np.ndarray:
+    try:
+        return class_indices(labels, classes)
+    except ValueError as unseen:
+        raise ValueError(f"the label column {labels.name!r}: {unseen}") from None
 
 
 def feature_columns(frame: pd.DataFrame) -> list[str]:

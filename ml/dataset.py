@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ml.task import BINARY, task_named
+from ml.metrics import class_names
+from ml.task import BINARY, MULTICLASS, task_named
 
 SPLITS = ("train", "validation", "test")
 SPLIT_COLUMN = "split"
@@ -26,8 +27,9 @@ class LabelSpec:
     """Field of `view` holding the label; rows where it is null are left out."""
     event_timestamp: str = "event_timestamp"
     task: str = BINARY.name
-    """What the label is (`ml.task`): 0/1, read as int64 (binary), or a number, read as
-    float64 (regression)."""
+    """What the label is (`ml.task`): 0/1, read as int64 (binary), a number, read as float64
+    (regression), or a class, text or an integer, read as a string, its class name
+    (multiclass)."""
 
     def __post_init__(self) -> None:
         task_named(self.task)
@@ -35,6 +37,8 @@ class LabelSpec:
     @property
     def dtype(self) -> str:
         """The label column's dtype in a training set."""
+        if self.task == MULTICLASS.name:
+            return "string"
         return "int64" if self.task == BINARY.name else "float64"
 
 
@@ -88,7 +92,11 @@ class TrainingSetSummary:
     null_features: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
     label_mean: dict[str, float] = field(default_factory=dict)
-    """Mean label per split with rows."""
+    """Mean label per split with rows; empty for a multiclass label."""
+    classes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Rows per class in each split, every class of the set in each (multiclass); empty
+    otherwise. A class of the validation or test rows that the train rows lack is refused by
+    training: this shows it before."""
 
     def positive_rate(self, split: str) -> float | None:
         """Share of the split's rows whose label is 1; None without rows or for a regression."""
@@ -198,9 +206,12 @@ def labelled_rows(
         raise ValueError(f"label view {spec.view!r} lacks the entity column(s) {missing}")
     labelled = rows.loc[rows[spec.label].notna(), [*join_keys, spec.event_timestamp, spec.label]]
     ordered = labelled.sort_values([spec.event_timestamp, *join_keys], kind="stable")
-    return ordered.reset_index(drop=True).astype({spec.label: spec.dtype}), len(rows) - len(
-        labelled
-    )
+    ordered = ordered.reset_index(drop=True)
+    if spec.task == MULTICLASS.name:
+        # Class names: an integer class read back as a float (a column with nulls) is "2", not
+        # "2.0", as the preprocessor names it.
+        ordered[spec.label] = class_names(ordered[spec.label])
+    return ordered.astype({spec.label: spec.dtype}), len(rows) - len(labelled)
 
 
 def assemble(
@@ -214,7 +225,9 @@ def assemble(
     frame = joined.assign(**{SPLIT_COLUMN: split.assign(joined[spec.event_timestamp])})
     rows = frame[SPLIT_COLUMN].value_counts()
     labels = frame.groupby(SPLIT_COLUMN, observed=True)[spec.label]
-    positives, means = labels.sum(), labels.mean()
+    numeric = spec.task != MULTICLASS.name  # a class name has no sum or mean
+    positives = labels.sum() if spec.task == BINARY.name else pd.Series(dtype="int64")
+    means = labels.mean() if numeric else pd.Series(dtype="float64")
     nulls = frame[feature_columns].isna().sum()
     summary = TrainingSetSummary(
         rows={s: int(rows.get(s, 0)) for s in SPLITS},
@@ -223,8 +236,15 @@ def assemble(
         null_features={str(c): int(n) for c, n in nulls.items() if n},
         fingerprint=fingerprint(frame),
         label_mean={s: float(means[s]) for s in SPLITS if s in means.index},
+        classes={} if numeric else _class_counts(frame, spec.label),
     )
     return frame, summary
+
+
+def _class_counts(frame: pd.DataFrame, label: str) -> dict[str, dict[str, int]]:
+    counts = pd.crosstab(frame[SPLIT_COLUMN], frame[label].astype("string"))
+    counts = counts.reindex(list(SPLITS), fill_value=0)
+    return {str(part): {str(c): int(n) for c, n in row.items()} for part, row in counts.iterrows()}
 
 
 def fingerprint(frame: pd.DataFrame) -> str:

@@ -305,7 +305,7 @@ def _drift_files(
 
     scorer = Scorer.load(served)
     rows = window[scorer.features]
-    scored = rows.assign(**{SCORE: scorer.predict(rows)})
+    scored = rows.assign(**{SCORE: scorer.monitored(rows)})
     reference = served.with_name(REFERENCE_FILE)
     with atomic_write(reference, permissions=permissions) as tmp:
         pq.write_table(pa.Table.from_pandas(reference_sample(scored), preserve_index=False), tmp)

@@ -11,7 +11,10 @@ values and the served model's score for each row: its output, a probability or a
 - the two-sample Kolmogorov-Smirnov statistic and p-value, for numbers and the score.
 
 The score is measured as any number: its PSI bins are the reference's deciles, so a predicted
-value of any range is binned as a probability is.
+value of any range is binned as a probability is. A multiclass classifier's score is its predicted
+class (`ml.predict.Scorer.monitored`): its PSI is over the classes, the shares of the day's
+predictions in each against the reference's (plus bins for a class the reference never
+predicted and for none), with no KS.
 
 Each column gets a level, `ok`, `warn` or `fail`, from its lines: the configured thresholds, or
 lines measured on the model's own training period (`natural_lines`): how far each column moved
@@ -176,11 +179,12 @@ class DriftReport:
         return "ok"
 
     def summary(self) -> str:
-        score = (
-            f"score PSI {self.score.psi:.3f}, KS {self.score.ks_statistic:.3f} ({self.score.level})"
-            if self.score is not None
-            else "no score"
-        )
+        score = "no score"
+        if self.score is not None:
+            # Predicted classes (multiclass) have a PSI over the classes and no KS.
+            ks = self.score.ks_statistic
+            shown = "" if ks is None else f", KS {ks:.3f}"
+            score = f"score PSI {self.score.psi:.3f}{shown} ({self.score.level})"
         head = (
             f"{score}; {len(self.failed)} of {len(self.features)} features drifted,"
             f" {len(self.warned)} warned; {self.current_rows} rows vs {self.reference_rows}"
@@ -291,7 +295,7 @@ def column_drift(
 ) -> ColumnDrift:
     ref_missing = float(reference.isna().mean()) if len(reference) else 0.0
     cur_missing = float(current.isna().mean()) if len(current) else 0.0
-    if kind == "categorical":
+    if kind == "categorical" or (kind == "score" and predicted_classes(reference)):
         ref_counts, cur_counts, unseen = categorical_counts(reference, current)
         value = psi(ref_counts, cur_counts)
         return ColumnDrift(
@@ -306,6 +310,12 @@ def column_drift(
         name, kind, value, statistic, pvalue, ref_missing, cur_missing,
         thresholds.level(value, statistic, name),
     )  # fmt: skip
+
+
+def predicted_classes(score: pd.Series) -> bool:
+    """Whether a score column holds predicted classes' names (multiclass), not numbers: its
+    drift is then that of the shares of the classes."""
+    return not pd.api.types.is_numeric_dtype(score) and not pd.api.types.is_bool_dtype(score)
 
 
 def compare(
@@ -395,12 +405,15 @@ def natural_lines(
     if score is not None and score in frame:
         kinds[score] = "score"
     values: dict[str, list[tuple[float, float | None]]] = {c: [] for c in kinds}
+    as_classes = {
+        c for c, kind in kinds.items() if kind == "categorical" or predicted_classes(frame[c])
+    }
     numbers = {
         c: pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
-        for c, kind in kinds.items()
-        if kind != "categorical"
+        for c in kinds
+        if c not in as_classes
     }
-    categories = {c: frame[c] for c, kind in kinds.items() if kind == "categorical"}
+    categories = {c: frame[c] for c in as_classes}
     for first in range(len(period) - window_days + 1):
         inside = days.isin(period[first : first + window_days]).to_numpy()
         for column, values_ in numbers.items():

@@ -20,7 +20,7 @@ from declare.gate import Policy
 from ml.dataset import fingerprint
 from ml.files import atomic_write
 from ml.gate import GateReport, decide
-from ml.metrics import Evaluation, SliceSpec, best_threshold, evaluate
+from ml.metrics import Evaluation, MulticlassMetrics, SliceSpec, best_threshold, evaluate
 from ml.results import CheckOutcome, FilePath, Markdown, Refused, TrainedRun, bullets, image
 
 GATE_REPORT = "gate_report.json"
@@ -199,6 +199,7 @@ def evaluate_model(
         min_slice_rows=policy.min_slice_rows,
         task=data.task,
         baseline=_baseline(baseline, test),
+        classes=trained.preprocessor.classes,
     )
     challenger = measure(labels, scores["challenger"], threshold=threshold)
     judged = None
@@ -267,6 +268,8 @@ def _plots(
 
     pairs = {name: (scored.labels, s) for name, s in scored.scores.items()}
     champion, intervals = scored.champion, scored.intervals
+    if isinstance(challenger.overall, MulticlassMetrics):
+        return _multiclass_plots(challenger, scored, version)
     if binary:
         calibration = {"challenger": challenger.calibration}
         if champion is not None:
@@ -287,14 +290,41 @@ def _plots(
     }
 
 
+def _multiclass_plots(
+    challenger: Evaluation, scored: Scored, version: str | None
+) -> dict[str, Markdown]:
+    """Per-class recall, the confusion matrix, the top-class calibration and macro F1 per slice."""
+    from ml import plots
+
+    assert isinstance(challenger.overall, MulticlassMetrics)
+    classes = [c.name for c in challenger.overall.per_class]
+    champion = scored.champion
+    compared = {"challenger": challenger}
+    calibration = {"challenger": challenger.calibration}
+    if champion is not None:
+        compared[f"champion v{version}"] = champion
+        calibration[f"champion v{version}"] = champion.calibration
+    matrix = plots.confusion_matrix(scored.labels, scored.scores["challenger"], classes)
+    return {
+        "class_recall_plot": image("recall per class", plots.class_bars(compared)),
+        "confusion_plot": image("confusion matrix", matrix),
+        "calibration_plot": image("top-class calibration", plots.calibration_plot(calibration)),
+        "slices_plot": image(
+            "macro F1 per slice",
+            plots.slice_bars(challenger, champion, intervals=scored.intervals),
+        ),
+    }
+
+
 def comparison(challenger: Evaluation, champion: Evaluation | None, version: str | None) -> str:
     """The headline metrics side by side, as a Markdown table."""
     new = challenger.overall.as_dict()
-    names = (
-        ("roc_auc", "average_precision", "log_loss", "brier", "accuracy", "f1")
-        if "roc_auc" in new
-        else ("rmse", "mae", "r2", "mean_error")
-    )
+    if "roc_auc" in new:
+        names = ("roc_auc", "average_precision", "log_loss", "brier", "accuracy", "f1")
+    elif "macro_f1" in new:
+        names = ("macro_f1", "macro_roc_auc", "log_loss", "accuracy", "brier", "calibration_error")
+    else:
+        names = ("rmse", "mae", "r2", "mean_error")
     if champion is None:
         rows = [f"| {n} | {_cell(new[n])} |" for n in names]
         return "| metric | challenger |\n|---|---|\n" + "\n".join(rows)

@@ -1,18 +1,23 @@
 """A trained model → one ONNX file that serving runs as it is.
 
 The served graph takes raw feature values and returns the task's output (`ml.task`): P(label =
-1) for a binary classifier, the label's predicted value for a regression. The preprocessing
+1) for a binary classifier, the label's predicted value for a regression, P(class) of every class
+and the most probable class's name for a multiclass classifier. The preprocessing
 (`ml.data.Preprocessor`) is inside it, so serving needs nothing but onnxruntime and cannot drift
 from training. Numbers are standardized in double precision, exactly as `Preprocessor.inputs`
 does, then cast to float; categories are looked up with `ai.onnx.ml` LabelEncoder (the train
 vocabulary, 0 for anything else); the network is exported by torch's TorchScript-based
-exporter (docs/serving.md, "Exporter"), and the graph closes with a Sigmoid (binary) or with
-the label's de-standardization, output * std + mean in float (regression).
+exporter (docs/serving.md, "Exporter"), and the graph closes with a Sigmoid (binary), with
+the label's de-standardization, output * std + mean in float (regression), or with a Softmax over
+the classes in float, then ArgMax (the first class on a tie) and a LabelEncoder from the index
+to the class name (multiclass).
 
     numeric      tensor(double) [batch, len(preprocessor.numeric)]      NaN = missing
     categorical  tensor(string) [batch, len(preprocessor.categorical)]  "" = missing
     probability  tensor(float)  [batch]    binary
     prediction   tensor(float)  [batch]    regression
+    probabilities    tensor(float)  [batch, classes]  multiclass, columns in `classes` order
+    predicted_class  tensor(string) [batch]           multiclass
 
 An input group with no features is left out of the graph.
 """
@@ -36,14 +41,17 @@ from ml.data import UNKNOWN, Preprocessor
 from ml.files import FILE_MODE, atomic_write
 from ml.predict import (
     CATEGORICAL_FEATURES,
+    CLASSES,
     INPUT_CATEGORICAL,
     INPUT_NUMERIC,
     LABEL_MEAN,
     LABEL_STD,
     MISSING_CATEGORY,
     NUMERIC_FEATURES,
+    PREDICTED_CLASS,
     TASK,
 )
+from ml.task import MULTICLASS
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +211,16 @@ def served_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
     output = preprocessor.task.output
     nodes += graph.node
     target = preprocessor.target
-    if target is None:
+    outputs = [helper.make_tensor_value_info(output, TensorProto.FLOAT, [_BATCH])]
+    if preprocessor.classes is not None:
+        nodes += _class_outputs(logit, preprocessor.classes)
+        outputs = [
+            helper.make_tensor_value_info(
+                output, TensorProto.FLOAT, [_BATCH, len(preprocessor.classes)]
+            ),
+            helper.make_tensor_value_info(PREDICTED_CLASS, TensorProto.STRING, [_BATCH]),
+        ]
+    elif target is None:
         nodes.append(helper.make_node("Sigmoid", [logit], [output]))
     else:
         initializers += [
@@ -218,13 +235,34 @@ def served_onnx(model: nn.Module, preprocessor: Preprocessor) -> Any:
         nodes,
         f"label_{output}",
         inputs,
-        [helper.make_tensor_value_info(output, TensorProto.FLOAT, [_BATCH])],
+        outputs,
         initializer=[*initializers, *graph.initializer],
     )
     opsets = [*network.opset_import, helper.make_opsetid("ai.onnx.ml", ML_OPSET)]
     proto = helper.make_model(served, opset_imports=opsets, functions=network.functions)
     proto.ir_version = network.ir_version
     return proto
+
+
+def _class_outputs(logits: str, classes: list[str]) -> list[Any]:
+    """Nodes from the network's per-class logits to `probabilities` (Softmax over the classes,
+    in float) and `predicted_class` (the name of the first most probable class)."""
+    from onnx import helper
+
+    probabilities, predicted = MULTICLASS.output, PREDICTED_CLASS
+    return [
+        helper.make_node("Softmax", [logits], [probabilities], axis=1),
+        helper.make_node("ArgMax", [probabilities], ["class_index"], axis=1, keepdims=0),
+        helper.make_node(
+            "LabelEncoder",
+            ["class_index"],
+            [predicted],
+            domain="ai.onnx.ml",
+            keys_int64s=list(range(len(classes))),
+            values_strings=list(classes),
+            default_string="",
+        ),
+    ]
 
 
 def export(
@@ -246,10 +284,17 @@ def export(
     proto.doc_string = (
         f"{task.meaning[0].upper()}{task.meaning[1:]} from raw feature values: input 'numeric'"
         f" (double, NaN = missing) columns {preprocessor.numeric}; input 'categorical' (string,"
-        f" '' = missing) columns {preprocessor.categorical}; output '{task.output}' (float)."
-        " Preprocessing is in the graph."
+        f" '' = missing) columns {preprocessor.categorical}; output '{task.output}' (float)"
+        + (
+            f" over the classes {preprocessor.classes} and '{task.predicted}' (string)."
+            if preprocessor.classes is not None
+            else "."
+        )
+        + " Preprocessing is in the graph."
     )
     labels = {} if target is None else {LABEL_MEAN: repr(target.mean), LABEL_STD: repr(target.std)}
+    if preprocessor.classes is not None:
+        labels[CLASSES] = json.dumps(preprocessor.classes)
     _set_properties(
         proto,
         {
@@ -334,8 +379,9 @@ def parity(
     atol: float = 1e-5,
 ) -> ParityReport:
     """The ONNX file's outputs (`ml.predict.Scorer`) against `ml.train.predictions`, both in
-    the output's units: probabilities, or the label's units for a regression (there `atol` is
-    in the label's units too: scale it with the label's standard deviation).
+    the output's units: probabilities (of every class, multiclass), or the label's units for a
+    regression (there `atol` is in the label's units too: scale it with the label's standard
+    deviation).
 
     ONNX scores the whole frame in one run, then in chunks of each batch size; batch sizes
     under 64 score only the first `PARITY_SMALL_BATCH_ROWS` rows. A row mismatches unless
@@ -361,7 +407,8 @@ def parity(
         expected = reference[start : start + len(scores)]
         error = np.abs(scores.astype("float64") - expected)
         bad = ~(error <= atol + rtol * np.abs(expected))  # NaN compares False: a mismatch
-        mismatched[start : start + len(scores)] |= bad
+        # A row of a multiclass model mismatches when any class's probability does.
+        mismatched[start : start + len(scores)] |= bad.reshape(len(scores), -1).any(axis=1)
         error = np.where(np.isnan(error), np.inf, error)
         max_abs = max(max_abs, float(error.max()))
         relative = error / np.maximum(np.abs(expected), np.finfo("float32").tiny)

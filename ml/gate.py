@@ -5,7 +5,9 @@ The rules and each task's policy are declared in `declare.gate`. A binary classi
 by `GatePolicy` (ROC AUC, calibration and the other probability
 metrics, with tolerances in the metrics' own units); a regression by `RegressionGatePolicy`
 (RMSE, MAE and R², lower error is better, with tolerances as fractions of the champion's error,
-so that one policy fits a label of any scale), and optionally against a baseline forecast.
+so that one policy fits a label of any scale), and optionally against a baseline forecast; a
+multiclass classifier by `MulticlassGatePolicy` (macro F1 and ROC AUC, log loss, top-class
+calibration, in the metrics' own units), and by a floor on every class's recall.
 
 Every comparison is written so that NaN fails it (`value >= floor` is False for NaN): a metric
 that could not be computed can never let a model through.
@@ -19,12 +21,21 @@ from typing import Literal
 
 from declare.gate import (
     HIGHER_IS_BETTER,
+    MULTICLASS_HIGHER_IS_BETTER,
     GatePolicy,
+    MulticlassGatePolicy,
     Policy,
     RegressionGatePolicy,
     policy_from_dict,
 )
-from ml.metrics import BinaryMetrics, Evaluation, Metrics, RegressionMetrics, SliceMetrics
+from ml.metrics import (
+    BinaryMetrics,
+    Evaluation,
+    Metrics,
+    MulticlassMetrics,
+    RegressionMetrics,
+    SliceMetrics,
+)
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,14 @@ def decide(
             regression_no_slice_regression(challenger, champion, policy),
             beats_baseline(challenger, policy),
         ]
+    elif isinstance(policy, MulticlassGatePolicy):
+        rules = [
+            finite_metrics(challenger, policy),
+            multiclass_absolute_floor(challenger, policy),
+            multiclass_no_regression(challenger, champion, policy),
+            multiclass_no_slice_regression(challenger, champion, policy),
+            class_recall_floor(challenger, policy),
+        ]
     else:
         rules = [
             finite_metrics(challenger, policy),
@@ -168,6 +187,11 @@ def _binary(metrics: Metrics | None) -> BinaryMetrics:
 
 def _regression(metrics: Metrics | None) -> RegressionMetrics:
     assert isinstance(metrics, RegressionMetrics)  # decide checked the evaluations' task
+    return metrics
+
+
+def _multiclass(metrics: Metrics | None) -> MulticlassMetrics:
+    assert isinstance(metrics, MulticlassMetrics)  # decide checked the evaluations' task
     return metrics
 
 
@@ -442,3 +466,107 @@ def beats_baseline(challenger: Evaluation, policy: RegressionGatePolicy) -> Rule
     if not policy.require_baseline:
         return RuleResult("beats_baseline", True, f"not required by the policy; {line}")
     return RuleResult("beats_baseline", ok, line, [] if ok else [line])
+
+
+def multiclass_absolute_floor(challenger: Evaluation, policy: MulticlassGatePolicy) -> RuleResult:
+    """Overall macro ROC AUC and macro F1 at least their floors, top-class calibration error at
+    most `max_calibration_error`."""
+    overall = _multiclass(challenger.overall)
+    checks = [
+        _within("macro_roc_auc", overall.macro_roc_auc, policy.min_macro_roc_auc, "floor"),
+        _within("macro_f1", overall.macro_f1, policy.min_macro_f1, "floor"),
+        _within(
+            "calibration_error", overall.calibration_error, policy.max_calibration_error, "ceiling"
+        ),
+    ]
+    failures = [line for ok, line in checks if not ok]
+    summary = "; ".join(failures) if failures else "; ".join(line for _, line in checks)
+    return RuleResult("absolute_floor", not failures, summary, failures)
+
+
+def _supports(metrics: MulticlassMetrics) -> dict[str, int]:
+    return {c.name: c.support for c in metrics.per_class}
+
+
+def multiclass_no_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: MulticlassGatePolicy
+) -> RuleResult:
+    """Each compared overall metric no worse than the champion's beyond its tolerance.
+
+    A metric the champion has as NaN cannot be compared and fails the rule; so do evaluations of
+    different test sets (row counts or rows per class differ, the classes included)."""
+    if champion is None:
+        return RuleResult("no_regression", True, "no champion yet: only the absolute floor applies")
+    ours, theirs = _multiclass(challenger.overall), _multiclass(champion.overall)
+    if ours.rows != theirs.rows or _supports(ours) != _supports(theirs):
+        line = (
+            f"evaluated on different test sets: {ours.rows:,} rows of classes {_supports(ours)}"
+            f" vs the champion's {theirs.rows:,} of {_supports(theirs)}"
+        )
+        return RuleResult("no_regression", False, line, [line])
+    failures = []
+    for name in policy.compared_metrics:
+        mine, best = getattr(ours, name), getattr(theirs, name)
+        higher, tolerance = MULTICLASS_HIGHER_IS_BETTER[name], policy.tolerance(name)
+        if not math.isfinite(best):
+            failures.append(f"{name}: the champion's is {_num(best)}, cannot compare")
+        elif not _no_worse(mine, best, higher, tolerance):
+            failures.append(f"{name} {_change(best, mine, higher, tolerance)}")
+    if failures:
+        summary = f"worse than champion: {'; '.join(failures)}"
+    else:
+        summary = "no worse than champion within tolerance: " + ", ".join(
+            f"{name} {_num(getattr(theirs, name))} → {_num(getattr(ours, name))}"
+            for name in policy.compared_metrics
+        )
+    return RuleResult("no_regression", not failures, summary, failures)
+
+
+def multiclass_no_slice_regression(
+    challenger: Evaluation, champion: Evaluation | None, policy: MulticlassGatePolicy
+) -> RuleResult:
+    """In every slice value judged in both evaluations, the macro F1 drops by at most
+    `max_slice_macro_f1_drop`; values judged in only one (or neither) are counted as skipped."""
+    if champion is None:
+        return RuleResult(
+            "no_slice_regression", True, "no champion yet: only the absolute floor applies"
+        )
+    failures = []
+    tolerance = policy.max_slice_macro_f1_drop
+    pairs, compared, skipped = _slice_pairs(challenger, champion, policy)
+    for ours, judged, reference in pairs:
+        mine, best = _multiclass(judged).macro_f1, _multiclass(reference).macro_f1
+        if not _no_worse(mine, best, True, tolerance):
+            failures.append(
+                f"{ours.label}: macro_f1 {_change(best, mine, True, tolerance)}, {ours.rows:,} rows"
+            )
+    counts = f"{compared} slices compared, {skipped} skipped (too few rows or one class)"
+    if failures:
+        summary = f"{len(failures)} slices lost more than {tolerance:.3f} macro_f1: " + counts
+    else:
+        summary = f"no slice lost more than {tolerance:.3f} macro_f1; " + counts
+    return RuleResult("no_slice_regression", not failures, summary, failures)
+
+
+def class_recall_floor(challenger: Evaluation, policy: MulticlassGatePolicy) -> RuleResult:
+    """Every class with rows in the test split has a recall of at least `min_class_recall`; a
+    class without rows cannot be judged and is named in the summary."""
+    overall = _multiclass(challenger.overall)
+    floor = policy.min_class_recall
+    judged = [c for c in overall.per_class if c.support]
+    absent = [c.name for c in overall.per_class if not c.support]
+    failures = [
+        f"{c.name}: recall {_num(c.recall)} < floor {floor:.3f} ({c.support:,} rows)"
+        for c in judged
+        if not c.recall >= floor  # NaN fails
+    ]
+    unjudged = f"; no test rows of {absent}" if absent else ""
+    if failures:
+        summary = f"{len(failures)} of {len(judged)} classes under the recall floor{unjudged}"
+    else:
+        lowest = min(judged, key=lambda c: c.recall).name if judged else None
+        summary = (
+            f"every class's recall ≥ {floor:.3f}; lowest {lowest}"
+            f" {_num(overall.min_recall)}{unjudged}"
+        )
+    return RuleResult("class_recall_floor", not failures, summary, failures)

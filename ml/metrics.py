@@ -1,5 +1,6 @@
 """Quality of a model's scores on one split, overall and per slice: a binary classifier's
-probabilities (`BinaryMetrics`) or a regression's predictions (`RegressionMetrics`)."""
+probabilities (`BinaryMetrics`), a regression's predictions (`RegressionMetrics`) or a
+multiclass classifier's per-class probabilities (`MulticlassMetrics`)."""
 
 import functools
 import math
@@ -10,7 +11,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from ml.task import BINARY, REGRESSION, task_named
+from ml.task import BINARY, MULTICLASS, REGRESSION, task_named
 
 MISSING = "(missing)"
 """Slice value of rows whose slice column is empty."""
@@ -73,11 +74,94 @@ class RegressionMetrics:
         return _metrics_from_dict(cls, values)
 
 
-Metrics = BinaryMetrics | RegressionMetrics
+@dataclass(frozen=True)
+class ClassMetrics:
+    """One class's figures, the class taken as the positive one and the predicted class being
+    the most probable one. A figure whose denominator is 0 (no row predicted as the class, or
+    none holding it) is 0, as scikit-learn's `zero_division=0`."""
+
+    name: str
+    support: int
+    """Rows whose label is this class."""
+    precision: float
+    recall: float
+    f1: float
+
+
+PER_CLASS = ("support", "precision", "recall", "f1")
+"""The per-class figures, each flattened into `MulticlassMetrics.as_dict` as `<figure>/<class>`."""
+
+
+@dataclass(frozen=True)
+class MulticlassMetrics:
+    rows: int
+    log_loss: float
+    """Mean negative log-probability of each row's class (clipped as scikit-learn clips)."""
+    accuracy: float
+    """Share of rows whose most probable class is their class."""
+    macro_f1: float
+    """Unweighted mean of the per-class F1 over the classes labelled or predicted."""
+    macro_recall: float
+    """Unweighted mean of the per-class recall over the labelled classes (balanced accuracy)."""
+    macro_roc_auc: float
+    """Unweighted mean of each class's one-vs-rest ROC AUC over the classes that both occur and
+    not in every row; NaN when fewer than two classes occur."""
+    brier: float
+    """Mean over rows of the squared distance between the probabilities and the one-hot label
+    (0 perfect, 2 worst)."""
+    calibration_error: float
+    """Expected calibration error of the top-class probability: |mean top probability - share
+    of correct rows| over 10 equal-width bins, weighted by each bin's share of rows."""
+    per_class: tuple[ClassMetrics, ...] = ()
+    """Every class of the model, in the order of its class names."""
+
+    @property
+    def min_recall(self) -> float:
+        """The lowest recall of a class with rows; NaN when no class has any."""
+        recalls = [c.recall for c in self.per_class if c.support]
+        return min(recalls) if recalls else math.nan
+
+    def of_class(self, name: str) -> ClassMetrics:
+        for found in self.per_class:
+            if found.name == name:
+                return found
+        raise KeyError(f"no class {name!r}; the classes are {[c.name for c in self.per_class]}")
+
+    def as_dict(self) -> dict[str, float]:
+        """The overall figures, then each class's as `<figure>/<class>` (a flat mapping of
+        numbers, as every task's metrics are)."""
+        out: dict[str, float] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_class"
+        }
+        for figure in PER_CLASS:
+            out |= {f"{figure}/{c.name}": getattr(c, figure) for c in self.per_class}
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "MulticlassMetrics":
+        """The inverse of `as_dict`; a metric that is None or absent becomes NaN."""
+        names = [k.split("/", 1)[1] for k in values if k.startswith("support/")]
+        per_class = tuple(
+            ClassMetrics(
+                name=name,
+                support=int(values[f"support/{name}"]),
+                precision=_float_or_nan(values.get(f"precision/{name}")),
+                recall=_float_or_nan(values.get(f"recall/{name}")),
+                f1=_float_or_nan(values.get(f"f1/{name}")),
+            )
+            for name in names
+        )
+        scalars = [f.name for f in fields(cls) if f.name not in ("rows", "per_class")]
+        overall = {name: _float_or_nan(values.get(name)) for name in scalars}
+        return cls(rows=int(values["rows"]), **overall, per_class=per_class)
+
+
+Metrics = BinaryMetrics | RegressionMetrics | MulticlassMetrics
 """One task's metrics."""
-METRICS: dict[str, type[BinaryMetrics] | type[RegressionMetrics]] = {
+METRICS: dict[str, type[BinaryMetrics] | type[RegressionMetrics] | type[MulticlassMetrics]] = {
     BINARY.name: BinaryMetrics,
     REGRESSION.name: RegressionMetrics,
+    MULTICLASS.name: MulticlassMetrics,
 }
 """The metrics of each task, by task name."""
 
@@ -95,6 +179,8 @@ def _float_or_nan(value: Any) -> float:
 
 def task_of(metrics: Metrics) -> str:
     """The name of the task `metrics` measure."""
+    if isinstance(metrics, MulticlassMetrics):
+        return MULTICLASS.name
     return REGRESSION.name if isinstance(metrics, RegressionMetrics) else BINARY.name
 
 
@@ -260,6 +346,108 @@ def regression_metrics(labels: np.ndarray, predictions: np.ndarray) -> Regressio
     )
 
 
+def class_names(labels: Any) -> np.ndarray:
+    """Each label's class name: its value as a string (an integer read back as a float, 2.0,
+    is "2"); a missing label is refused."""
+    values = pd.Series(labels, dtype=object)
+    missing = int(values.isna().sum())
+    if missing:
+        raise ValueError(f"{missing} label(s) missing: a multiclass label names a class")
+    return np.array([_name(v) for v in values.to_numpy(dtype=object)], dtype=object)
+
+
+def class_indices(labels: Any, classes: Sequence[str]) -> np.ndarray:
+    """Each label's index in `classes`, int64; a class not among them is refused, naming the
+    first such class and how many labels hold one."""
+    names = class_names(labels)
+    positions = pd.Index(list(classes)).get_indexer(pd.Index(names))
+    unseen = positions < 0
+    if unseen.any():
+        raise ValueError(
+            f"{int(unseen.sum())} label(s) hold a class the model does not know (first"
+            f" {names[int(np.argmax(unseen))]!r}); its classes are {list(classes)}"
+        )
+    return positions.astype("int64")
+
+
+def _checked_classes(
+    labels: Any, probabilities: Any, classes: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(class indices, probabilities [rows, classes] as float64), refusing a shape that does not
+    fit the classes and probabilities that are not finite or outside [0, 1]."""
+    probabilities = np.asarray(probabilities, dtype="float64")
+    if probabilities.ndim != 2 or probabilities.shape[1] != len(classes):
+        raise ValueError(
+            f"probabilities of shape {probabilities.shape}: expected [rows, {len(classes)}]"
+            f" for the classes {list(classes)}"
+        )
+    indices = class_indices(labels, classes)
+    if len(indices) != len(probabilities) or len(indices) == 0:
+        raise ValueError(f"{len(indices)} labels for {len(probabilities)} rows of probabilities")
+    bad = int((~np.isfinite(probabilities) | (probabilities < 0) | (probabilities > 1)).sum())
+    if bad:
+        raise ValueError(f"{bad} probabilities are NaN, infinite or outside [0, 1]")
+    return indices, probabilities
+
+
+def multiclass_metrics(
+    labels: Any, probabilities: Any, classes: Sequence[str]
+) -> MulticlassMetrics:
+    """Metrics of P(class) for every class ([rows, classes], columns in the order of `classes`)
+    against the labels (class names, or values whose string is one). The same numbers as
+    scikit-learn's `log_loss`, `accuracy_score`, `f1_score(average="macro")`,
+    `roc_auc_score(multi_class="ovr")` and `precision_recall_fscore_support` (to rounding),
+    without importing it (seconds in every process that measures a model)."""
+    return _multiclass(*_checked_classes(labels, probabilities, classes), classes=classes)
+
+
+def _multiclass(
+    indices: np.ndarray, probabilities: np.ndarray, classes: Sequence[str]
+) -> MulticlassMetrics:
+    """`multiclass_metrics` of checked class indices and probabilities."""
+    rows, width = probabilities.shape
+    onehot = np.eye(width)[indices]
+    predicted = np.argmax(probabilities, axis=1)  # the first on a tie, as the served graph
+    per_class = tuple(
+        _class_figures(name, indices == k, predicted == k) for k, name in enumerate(classes)
+    )
+    counted = [c for k, c in enumerate(per_class) if c.support or (predicted == k).any()]
+    labelled = [c for c in per_class if c.support]
+    eps = np.finfo("float64").eps
+    of_label = probabilities[np.arange(rows), indices]
+    top = probabilities[np.arange(rows), predicted]
+    correct = (predicted == indices).astype("float64")
+    return MulticlassMetrics(
+        rows=rows,
+        log_loss=float(-np.log(np.clip(of_label, eps, 1 - eps)).mean()),
+        accuracy=float(correct.mean()),
+        macro_f1=float(np.mean([c.f1 for c in counted])),
+        macro_recall=float(np.mean([c.recall for c in labelled])),
+        macro_roc_auc=_macro_roc_auc(onehot, probabilities),
+        brier=float(np.square(probabilities - onehot).sum(axis=1).mean()),
+        calibration_error=_expected_calibration_error(correct, top),
+        per_class=per_class,
+    )
+
+
+def _class_figures(name: str, labelled: np.ndarray, predicted: np.ndarray) -> ClassMetrics:
+    hits = float((labelled & predicted).sum())
+    support, called = int(labelled.sum()), int(predicted.sum())
+    precision = hits / called if called else 0.0
+    recall = hits / support if support else 0.0
+    f1 = 2 * hits / (support + called) if support + called else 0.0
+    return ClassMetrics(name, support, precision, recall, f1)
+
+
+def _macro_roc_auc(onehot: np.ndarray, probabilities: np.ndarray) -> float:
+    """The mean one-vs-rest ROC AUC of the classes that occur in some rows but not all."""
+    rows = len(onehot)
+    occurring = [k for k in range(onehot.shape[1]) if 0 < onehot[:, k].sum() < rows]
+    if len(occurring) < 2:
+        return math.nan
+    return float(np.mean([_ranked(onehot[:, k], probabilities[:, k]).roc_auc() for k in occurring]))
+
+
 @dataclass(frozen=True)
 class CalibrationBin:
     lower: float
@@ -268,7 +456,8 @@ class CalibrationBin:
     rows: int
     mean_probability: float
     observed_rate: float
-    """Share of the bin's rows whose label is 1."""
+    """Share of the bin's rows whose label is 1 (binary), or whose most probable class is their
+    class (multiclass, binned by that top-class probability)."""
 
 
 def _bin_index(probabilities: np.ndarray, bins: int) -> np.ndarray:
@@ -307,6 +496,24 @@ def calibration_bins(
     if bins < 1:
         raise ValueError(f"bins={bins}: must be at least 1")
     return _bins(*_checked(labels, probabilities), bins)
+
+
+def top_class_calibration(
+    labels: Any, probabilities: Any, classes: Sequence[str], bins: int = 10
+) -> list[CalibrationBin]:
+    """Reliability of the top-class probability: per equal-width bin of it, its mean and the
+    share of rows whose top class is their class (`CalibrationBin.observed_rate`)."""
+    if bins < 1:
+        raise ValueError(f"bins={bins}: must be at least 1")
+    return _top_class_bins(*_checked_classes(labels, probabilities, classes), bins)
+
+
+def _top_class_bins(
+    indices: np.ndarray, probabilities: np.ndarray, bins: int
+) -> list[CalibrationBin]:
+    predicted = np.argmax(probabilities, axis=1)
+    top = probabilities[np.arange(len(indices)), predicted]
+    return _bins((predicted == indices).astype("float64"), top, bins)
 
 
 @dataclass(frozen=True)
@@ -415,7 +622,8 @@ class Evaluation:
     overall: Metrics
     slices: list[SliceMetrics] = field(default_factory=list)
     calibration: list[CalibrationBin] = field(default_factory=list)
-    """10 equal-width bins, empty ones omitted (binary; empty for regression)."""
+    """10 equal-width bins, empty ones omitted: of the probability (binary) or of the top-class
+    probability (multiclass); empty for regression."""
     baseline: BaselineComparison | None = None
     """A reference forecast's metrics and the model's, on the rows the forecast covers, when
     one was given: what the model should beat."""
@@ -501,6 +709,7 @@ def evaluate(
     *,
     task: str = BINARY.name,
     baseline: np.ndarray | None = None,
+    classes: Sequence[str] | None = None,
 ) -> Evaluation:
     """Metrics of `scores` against `labels` overall and per slice value, for the task named
     `task`: probabilities at `threshold`, with the calibration bins (binary), or predicted
@@ -508,11 +717,23 @@ def evaluate(
     scores of the same rows, NaN where it has none: it and the model are evaluated overall on
     the rows where it has one (`BaselineComparison`).
 
+    A multiclass evaluation takes the model's class names as `classes`, the labels as class
+    names and the scores as P(class), [rows, classes]; its calibration bins are of the top-class
+    probability, and it takes neither threshold nor baseline.
+
     `frame` holds the slice columns, row i describing labels[i]. A slice value with fewer than
-    `min_slice_rows` rows, or a single class (binary) or label value (regression), is skipped:
-    its metrics are None and `skipped` says why."""
+    `min_slice_rows` rows, or a single class (binary, multiclass) or label value (regression),
+    is skipped: its metrics are None and `skipped` says why."""
     binary = task_named(task) == BINARY
-    if binary:
+    multiclass = task_named(task) == MULTICLASS
+    if multiclass:
+        if threshold is not None or baseline is not None:
+            raise ValueError("a multiclass evaluation takes neither threshold nor baseline")
+        if classes is None:
+            raise ValueError("classes: a multiclass evaluation needs the model's class names")
+        labels, scores = _checked_classes(labels, scores, classes)
+        measure = functools.partial(_multiclass, classes=classes)
+    elif binary:
         if threshold is None:
             raise ValueError("threshold: a binary evaluation needs one")
         labels, scores = _checked(labels, scores)
@@ -551,9 +772,14 @@ def evaluate(
     return Evaluation(
         overall=measure(labels, scores),
         slices=evaluated,
-        calibration=_bins(labels, scores, 10) if binary else [],
+        calibration=_calibration(labels, scores, multiclass) if binary or multiclass else [],
         baseline=None if baseline is None else _versus(labels, scores, baseline, measure),
     )
+
+
+def _calibration(labels: np.ndarray, scores: np.ndarray, multiclass: bool) -> list[CalibrationBin]:
+    """10 bins of the probability (binary) or of the top-class probability (multiclass)."""
+    return _top_class_bins(labels, scores, 10) if multiclass else _bins(labels, scores, 10)
 
 
 def _versus(
@@ -575,7 +801,7 @@ def _skip_reason(labels: np.ndarray, positives: int | None, min_rows: int) -> st
     if positives is not None and positives in (0, rows):
         return f"one class only ({positives:,} positives in {rows:,} rows)"
     if positives is None and np.ptp(labels) == 0:
-        return f"one label value only ({labels[0]:g} in {rows:,} rows)"
+        return f"one label value only ({labels[0]:g} in {rows:,} rows)"  # a class's index too
     return None
 
 

@@ -34,6 +34,7 @@ from ml.monitor_keys import (
     DRIFT_EVENT,
     REALIZED_CHECK,
 )
+from ml.predict import CLASS_PROBABILITY
 from ml.realized import RealizedReport, realized
 from ml.results import CheckOutcome, Markdown, Refused, image
 from ml.score import (
@@ -44,6 +45,7 @@ from ml.score import (
     entity_frame,
     feature_chunks,
 )
+from ml.task import MULTICLASS
 
 PREDICTIONS = "batch_predictions"
 """The table of a day's predictions, as the lake names it."""
@@ -185,7 +187,7 @@ def drift_day(
     rows = store.view_rows(case.label.view, start.astimezone(dt.UTC), day_end.astimezone(dt.UTC))
     entities = entity_frame(rows, [*store.join_keys(service), EVENT_TIMESTAMP], case)
     frames = [
-        chunk.assign(**{SCORE: scorer.predict(chunk)})
+        chunk.assign(**{SCORE: scorer.monitored(chunk)})
         for chunk in feature_chunks(store, entities, service, chunk_rows)
     ]
     current = pd.concat(frames, ignore_index=True) if frames else reference_rows.iloc[:0]
@@ -433,16 +435,25 @@ def _judged(
     policy: DecayPolicy,
     threshold: float | None,
 ) -> RealizedReport:
-    output = "probability" if label.task == "binary" else "prediction"
+    if label.task == MULTICLASS.name:
+        # The scored rows hold each class's probability, in the model's order of the classes.
+        columns = [c for c in rows.columns if c.startswith(CLASS_PROBABILITY.format(""))]
+        classes = [c.removeprefix(CLASS_PROBABILITY.format("")) for c in columns]
+        labels, scores = rows[label.column].to_numpy(dtype=object), rows[columns].to_numpy()
+    else:
+        output = "probability" if label.task == "binary" else "prediction"
+        classes, labels = [], rows[label.column].to_numpy(dtype="float64")
+        scores = rows[output].to_numpy(dtype="float64")
     return realized(
-        rows[label.column].to_numpy(dtype="float64"),
-        rows[output].to_numpy(dtype="float64"),
+        labels,
+        scores,
         label.task,
         tested,
         policy,
         threshold=threshold,
         frame=rows.reset_index(drop=True),
         slices=slices,
+        classes=classes,
     )
 
 

@@ -12,8 +12,10 @@ from ml.metrics import (
     METRICS,
     CalibrationBin,
     Evaluation,
+    MulticlassMetrics,
     SliceMetrics,
     binary_metrics,
+    class_indices,
     roc_curve,
 )
 from ml.task import BINARY, task_named
@@ -127,6 +129,63 @@ def calibration_plot(curves: Mapping[str, list[CalibrationBin]]) -> bytes:
         axes.set_ylim(0, 1)
         axes.legend(loc="upper left")
         axes.grid(alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def class_bars(evaluations: Mapping[str, Evaluation], figure_name: str = "recall") -> bytes:
+    """A multiclass model's per-class `figure_name` (recall, precision or F1), a bar per class for
+    each named evaluation (the challenger, the champion), the class's test rows under it."""
+    per_class = {}
+    for name, evaluation in evaluations.items():
+        overall = evaluation.overall
+        if not isinstance(overall, MulticlassMetrics):
+            raise ValueError(f"{name}: a {evaluation.task} evaluation has no per-class figures")
+        per_class[name] = overall.per_class
+    first = next(iter(per_class.values()), ())
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(max(5, 1.2 * len(first) + 2), 3.5), dpi=100)
+    try:
+        width = 0.8 / max(len(per_class), 1)
+        x = np.arange(len(first))
+        for i, (name, classes) in enumerate(per_class.items()):
+            axes.bar(x + i * width, [getattr(c, figure_name) for c in classes], width, label=name)
+        axes.set_xticks(
+            x + width * (len(per_class) - 1) / 2, [f"{c.name}\nn={c.support:,}" for c in first]
+        )
+        axes.set_ylabel(figure_name)
+        axes.set_ylim(0, 1)
+        axes.legend(loc="upper right")
+        axes.grid(axis="y", alpha=0.3)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def confusion_matrix(
+    labels: np.ndarray, probabilities: np.ndarray, classes: Sequence[str]
+) -> bytes:
+    """Rows per (class, predicted class), each row's share of its class shaded and written in
+    its cell: where a multiclass model's mistakes go."""
+    indices = class_indices(labels, classes)
+    predicted = np.asarray(probabilities).argmax(axis=1)
+    counts = np.zeros((len(classes), len(classes)), dtype="int64")
+    np.add.at(counts, (indices, predicted), 1)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    plt = _pyplot()
+    size = max(4, 0.9 * len(classes) + 2)
+    figure, axes = plt.subplots(figsize=(size, size), dpi=100)
+    try:
+        axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+        for (row, column), count in np.ndenumerate(counts):
+            shade = "white" if shares[row, column] > 0.5 else "black"
+            text = f"{shares[row, column]:.0%}\n{count:,}"
+            axes.text(column, row, text, ha="center", va="center", color=shade, fontsize=8)
+        axes.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
+        axes.set_yticks(range(len(classes)), classes)
+        axes.set_xlabel("predicted class")
+        axes.set_ylabel("class")
         return _png(figure)
     finally:
         plt.close(figure)

@@ -1,5 +1,6 @@
 """Batch inference with the served ONNX graph (`ml.export`): frames of raw features in, the
-task's output out (a binary classifier's probabilities, a regression's predicted values),
+task's output out (a binary classifier's probabilities, a regression's predicted values, a
+multiclass classifier's per-class probabilities and predicted class),
 streamed from Parquet to Parquet in bounded memory.
 
 Importing this module is cheap; onnxruntime is imported when a model is loaded.
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml.files import FILE_MODE, make_folders
-from ml.task import BINARY, REGRESSION, Task, task_named
+from ml.task import BINARY, MULTICLASS, REGRESSION, Task, task_named
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ TASK = "task"
 LABEL_MEAN = "label_mean"
 LABEL_STD = "label_std"
 """Metadata keys of a regression: the train split's label mean and standard deviation."""
+CLASSES = "classes"
+"""Metadata key of a multiclass classifier: a JSON list of its class names, in the order of its
+`probabilities` output's columns."""
 
 PROBABILITY = BINARY.output
 PREDICTED = "predicted"
@@ -53,6 +57,11 @@ PREDICTED = "predicted"
 threshold."""
 PREDICTION = REGRESSION.output
 """Column of a regression's scored rows: the predicted value, in the label's units."""
+PREDICTED_CLASS = "predicted_class"
+PREDICTED_PROBABILITY = "predicted_probability"
+CLASS_PROBABILITY = "probability_{}"
+"""Columns of a multiclass classifier's scored rows: the most probable class, its probability,
+and P(class) of each class (`probability_<class>`)."""
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 FINE_BINS = 1000
 """Bins the quantiles are read from: of [0, 1] for probabilities (exact to 1 / FINE_BINS); for
@@ -102,6 +111,8 @@ class Scorer:
         required = [NUMERIC_FEATURES, CATEGORICAL_FEATURES]
         if task == REGRESSION:
             required += [LABEL_MEAN, LABEL_STD]
+        if task == MULTICLASS:
+            required += [CLASSES]
         missing = [k for k in required if k not in properties]
         if missing:
             raise ValueError(f"{path} lacks the metadata {missing}: not written by ml.export")
@@ -119,6 +130,12 @@ class Scorer:
     def features(self) -> list[str]:
         """Every input column: the numeric ones, then the categorical ones."""
         return [*self.numeric_features, *self.categorical_features]
+
+    @property
+    def classes(self) -> list[str]:
+        """A multiclass classifier's class names, in the order of its probabilities' columns;
+        empty for the other tasks."""
+        return json.loads(self.properties[CLASSES]) if self.task == MULTICLASS else []
 
     def inputs(self, frame: "Rows") -> dict[str, np.ndarray]:
         """The graph's inputs for `frame`'s rows (a DataFrame, or Arrow straight from Parquet):
@@ -153,16 +170,27 @@ class Scorer:
         return inputs
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The task's output (`task.meaning`) for `inputs` (as `inputs` makes them), float32."""
+        """The task's output (`task.meaning`) for `inputs` (as `inputs` makes them), float32:
+        [rows], or [rows, classes] for a multiclass classifier."""
         rows = len(next(iter(inputs.values())))
         if rows == 0:
-            return np.empty(0, dtype="float32")
+            return np.empty((0, len(self.classes)) if self.classes else 0, dtype="float32")
         (scores,) = self.session.run([self.task.output], dict(inputs))
         return scores
 
+    def monitored(self, frame: "Rows") -> np.ndarray:
+        """What drift watches of the model's output for every row of `frame`: the output itself
+        (binary, regression), or the predicted class's name (multiclass, the first most probable
+        class, as the served graph's `predicted_class`)."""
+        scores = self.predict(frame)
+        if self.task != MULTICLASS:
+            return scores
+        return np.asarray(self.classes, dtype=object)[scores.argmax(axis=1)]
+
     def predict(self, frame: "Rows") -> np.ndarray:
         """The task's output for every row of `frame` (raw feature columns), float32: P(label =
-        1) of a binary classifier, the predicted value of a regression."""
+        1) of a binary classifier, the predicted value of a regression, P(class) of every class
+        of a multiclass classifier ([rows, classes])."""
         return self.run(self.inputs(frame))
 
 
@@ -219,7 +247,8 @@ def _arrow(frame: "pa.Table | pa.RecordBatch", column: str) -> pa.Array:
 @dataclass
 class ScoreSummary:
     """What a batch-inference run scored: counts, missing features, the distribution of the
-    scores (the task's output: probabilities or predicted values) and speed. Accumulated batch
+    scores (the task's output: probabilities or predicted values; a multiclass classifier's
+    top-class probability, and its rows per predicted class) and speed. Accumulated batch
     by batch, nothing kept per row: the quantiles and the histogram come from at most
     FINE_BINS bins."""
 
@@ -248,6 +277,8 @@ class ScoreSummary:
     rows_per_s: float
     path: Path
     task: str = BINARY.name
+    predicted_classes: dict[str, int] | None = None
+    """Rows per predicted class, every class of the model (multiclass); None otherwise."""
 
     @property
     def mean_probability(self) -> float:
@@ -359,13 +390,22 @@ class _Tally:
     positives: int = 0
     total: float = 0.0
     missing: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="int64"))
+    classes: list[str] = field(default_factory=list)
+    """A multiclass classifier's class names; its scores are tallied by their top-class
+    probability, and `per_class` counts the rows predicted as each class."""
+    per_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="int64"))
 
     @classmethod
     def of(cls, scorer: Scorer, threshold: float | None) -> "_Tally":
-        """The tally of `scorer`'s scores: probabilities in fixed bins of [0, 1], predicted
-        values in bins that start at the training label's mean ± REGRESSION_START_STDS."""
+        """The tally of `scorer`'s scores: probabilities (a multiclass classifier's top-class
+        one) in fixed bins of [0, 1], predicted values in bins that start at the training
+        label's mean ± REGRESSION_START_STDS."""
         if scorer.task == BINARY:
             return cls(scorer.features, _UnitBins(), BINARY, threshold)
+        if scorer.task == MULTICLASS:
+            classes = scorer.classes
+            counts = np.zeros(len(classes), dtype="int64")
+            return cls(scorer.features, _UnitBins(), MULTICLASS, classes=classes, per_class=counts)
         mean = float(scorer.properties[LABEL_MEAN])
         std = float(scorer.properties[LABEL_STD])
         span = 2 * REGRESSION_START_STDS * std
@@ -388,6 +428,10 @@ class _Tally:
         self.missing = self.missing + absent.sum(axis=0) if self.rows else absent.sum(axis=0)
         self.incomplete_rows += int(absent.any(axis=1).sum())
         self.rows += len(scores)
+        if self.classes:
+            predicted = scores.argmax(axis=1)
+            self.per_class += np.bincount(predicted, minlength=len(self.classes))
+            scores = scores[np.arange(len(scores)), predicted]
         if self.threshold is not None:
             self.positives += int((scores >= self.threshold).sum())
         self.total += float(scores.sum(dtype="float64"))
@@ -398,7 +442,7 @@ class _Tally:
         for q in QUANTILES:
             # The bin holding the ceil(q * rows)-th smallest value, at its centre.
             rank = max(math.ceil(q * self.rows), 1)
-            empty = 0.0 if self.task == BINARY else math.nan
+            empty = 0.0 if self.task in (BINARY, MULTICLASS) else math.nan
             quantiles[f"p{round(q * 100):02d}"] = self.bins.quantile(rank) if self.rows else empty
         histogram, edges = self.bins.chart()
         return ScoreSummary(
@@ -417,6 +461,9 @@ class _Tally:
             rows_per_s=self.rows / seconds if seconds > 0 else float("nan"),
             path=path,
             task=self.task.name,
+            predicted_classes=dict(zip(self.classes, self.per_class.tolist(), strict=True))
+            if self.classes
+            else None,
         )
 
 
@@ -441,13 +488,15 @@ def score_to_parquet(
     searchable where readable), which replaces `path` once complete; on any
     error the temp file is removed and a file already at `path` stays as it was. Batches with
     zero rows in total still write a valid file with the schema; no batch at all is a
-    ValueError (there is no schema)."""
+    ValueError (there is no schema). A multiclass classifier's scores are `predicted_class`
+    (its most probable class, the first on a tie), `predicted_probability` and P(class) of
+    each class (`probability_<class>`, float32); it takes no threshold."""
     if scorer.task == BINARY:
         if threshold is None or not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold {threshold} is not in [0, 1]")
     elif threshold is not None:
         raise ValueError(f"threshold={threshold}: a {scorer.task.name} model takes none")
-    clash = sorted(set(keep) & (set(output_columns(scorer.task)) | set(constants)))
+    clash = sorted(set(keep) & (set(output_columns(scorer.task, scorer.classes)) | set(constants)))
     if clash:
         raise ValueError(f"keep columns {clash} clash with the output columns")
     path = Path(path)
@@ -481,8 +530,12 @@ def score_to_parquet(
     return summary
 
 
-def output_columns(task: Task) -> tuple[str, ...]:
-    """The columns `score_to_parquet` writes a task's scores to, in order."""
+def output_columns(task: Task, classes: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns `score_to_parquet` writes a task's scores to, in order (a multiclass
+    classifier's name its `classes`)."""
+    if task == MULTICLASS:
+        per_class = (CLASS_PROBABILITY.format(name) for name in classes)
+        return (PREDICTED_CLASS, PREDICTED_PROBABILITY, *per_class)
     return (PROBABILITY, PREDICTED) if task == BINARY else (task.output,)
 
 
@@ -527,7 +580,7 @@ class _ParquetSink:
         threshold = self.tally.threshold
         columns = [
             *kept.columns,
-            pa.array(scores, type=pa.float32()),
+            *self.score_columns(scores),
             *([] if threshold is None else [pa.array(scores >= threshold, type=pa.bool_())]),
             # One value repeated: a take of index 0, not a Python object per row.
             *(
@@ -535,8 +588,20 @@ class _ParquetSink:
                 for name, value in self.constants.items()
             ),
         ]
-        names = [*self.keep, *output_columns(self.tally.task), *self.constants]
+        names = [*self.keep, *output_columns(self.tally.task, self.tally.classes), *self.constants]
         return pa.Table.from_arrays(columns, names=names)
+
+    def score_columns(self, scores: np.ndarray) -> list[pa.Array]:
+        """The scores as columns: as they are, or a multiclass classifier's predicted class,
+        its probability and every class's probability."""
+        classes = self.tally.classes
+        if not classes:
+            return [pa.array(scores, type=pa.float32())]
+        predicted = scores.argmax(axis=1)
+        names = pa.array(classes, type=pa.string()).take(pa.array(predicted))
+        top = scores[np.arange(len(scores)), predicted]
+        per_class = [pa.array(scores[:, k], type=pa.float32()) for k in range(len(classes))]
+        return [names, pa.array(top, type=pa.float32()), *per_class]
 
     def close(self) -> None:
         """Finish the file and flush it to disk."""

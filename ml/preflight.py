@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from ml.config import TrainConfig, from_args, parser, team_network
-from ml.task import REGRESSION
+from ml.task import MULTICLASS, REGRESSION
 
 CHECK_CARDINALITY = 2
 """The vocabulary size a team's network is checked with for every categorical column: the
 vocabularies are fitted with the data, which is not read here (index 0, unknown, and one
 value)."""
+CHECK_CLASSES = 3
+"""The number of classes a team's network is checked with for a multiclass task (the classes,
+too, are fitted with the data)."""
 
 DESCRIPTION = "Data-parallel training of a tabular model."
 """`python -m ml.train --help`'s first line."""
@@ -50,6 +53,12 @@ def check(config: TrainConfig) -> None:
             f"training set {config.data.training_set}: the regression label"
             f" {config.data.label!r} holds {kind}, not numbers"
         )
+    textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if config.data.task == MULTICLASS.name and not (textual or pa.types.is_integer(kind)):
+        raise ValueError(
+            f"training set {config.data.training_set}: the multiclass label"
+            f" {config.data.label!r} holds {kind}, not class names (text or integers)"
+        )
     if team_network(config.model.architecture) is not None:
         check_team_network(config, schema)
 
@@ -76,5 +85,10 @@ def check_team_network(config: TrainConfig, schema: Any) -> None:
         [1.0] * len(numeric),
         categorical,
         [vocabulary] * len(categorical),
+        classes=(
+            [f"class_{i}" for i in range(CHECK_CLASSES)]
+            if config.data.task == MULTICLASS.name
+            else None
+        ),
     )
     check_network(config.model, shapes.numeric_width, shapes.cardinalities, shapes.outputs)

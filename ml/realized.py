@@ -14,6 +14,9 @@ it was registered:
 - neither judged when the rows are too few, or a binary day holds one class only (ROC AUC is
   undefined): reported, never a decay.
 
+A multiclass model's labels are class names and its scores P(class) per class, [rows, classes],
+the columns in the order of its `classes`.
+
 Per slice value the same metric, interval and rows are reported for
 reading, and are not judged: slices of a day are small. Plain numpy/pandas; no Dagster.
 """
@@ -27,8 +30,17 @@ import numpy as np
 import pandas as pd
 
 from declare.policies import REALIZED_METRICS, DecayPolicy
-from ml.metrics import Evaluation, SliceSpec, binary_metrics, regression_metrics, roc_auc
-from ml.task import BINARY, task_named
+from ml.metrics import (
+    Evaluation,
+    MulticlassMetrics,
+    SliceSpec,
+    binary_metrics,
+    class_indices,
+    multiclass_metrics,
+    regression_metrics,
+    roc_auc,
+)
+from ml.task import BINARY, MULTICLASS, task_named
 
 Verdict = Literal["ok", "decayed", "failed", "not_judged"]
 
@@ -84,11 +96,12 @@ def measured(
     scores: np.ndarray,
     task: str,
     threshold: float | None,
+    classes: Sequence[str] = (),
 ) -> Measured:
     """The policy's metric (for `task`) on these rows, with the policy's bootstrap interval."""
     metric = policy.metric_for(task)
     return measure(
-        labels, scores, metric, task, threshold, policy.samples, policy.level, policy.seed
+        labels, scores, metric, task, threshold, policy.samples, policy.level, policy.seed, classes
     )
 
 
@@ -101,11 +114,12 @@ def measure(
     samples: int = 400,
     level: float = 0.95,
     seed: int = 0,
+    classes: Sequence[str] = (),
 ) -> Measured:
-    """`metric` of `scores` against `labels` and its percentile bootstrap interval."""
-    compute = _metric(metric, task, threshold)
-    labels = np.asarray(labels, dtype="float64")
-    scores = np.asarray(scores, dtype="float64")
+    """`metric` of `scores` against `labels` and its percentile bootstrap interval (a
+    multiclass model's with its `classes`)."""
+    compute = _metric(metric, task, threshold, classes)
+    labels, scores = _numbers(labels, scores, task, classes)
     if len(labels) == 0:
         return Measured(0, math.nan, math.nan, math.nan)
     value = compute(labels, scores)
@@ -140,13 +154,23 @@ def slice_intervals(
     value's bar could move by chance, which its row count alone does not say."""
     task = evaluation.task
     metric = task_named(task).slice_metric
+    overall = evaluation.overall
+    classes = [c.name for c in overall.per_class] if isinstance(overall, MulticlassMetrics) else []
     intervals = {}
     for spec in slices:
         values = spec.values(frame[spec.column])
         for judged in evaluation.slices:
             if judged.slice == spec.name and judged.metrics is not None:
                 inside = values == judged.value
-                found = measure(labels[inside], scores[inside], metric, task, threshold, samples)
+                found = measure(
+                    labels[inside],
+                    scores[inside],
+                    metric,
+                    task,
+                    threshold,
+                    samples,
+                    classes=classes,
+                )
                 intervals[(judged.slice, judged.value)] = (found.low, found.high)
     return intervals
 
@@ -185,22 +209,27 @@ def realized(
     threshold: float | None = None,
     frame: pd.DataFrame | None = None,
     slices: Sequence[SliceSpec] = (),
+    classes: Sequence[str] = (),
 ) -> RealizedReport:
     """The realized performance of `scores` on `labels` (row i of `frame` holding row i's slice
-    columns), judged by `policy` against the test figures `expected` (metric name → value)."""
+    columns), judged by `policy` against the test figures `expected` (metric name → value); a
+    multiclass model's with its `classes`."""
     binary = task_named(task) == BINARY
-    labels = np.asarray(labels, dtype="float64")
-    scores = np.asarray(scores, dtype="float64")
     if len(labels) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
+    if task_named(task) != MULTICLASS:
+        labels = np.asarray(labels, dtype="float64")
+        scores = np.asarray(scores, dtype="float64")
     metric = policy.metric_for(task)
-    overall = measured(policy, labels, scores, task, threshold)
+    overall = measured(policy, labels, scores, task, threshold, classes)
     judged = judge(overall, float(expected.get(metric, math.nan)), metric, policy)
     metrics: dict[str, float] = {}
     if len(labels):
         if binary:
             assert threshold is not None  # `measure` refused a binary model without one
             point = binary_metrics(labels, scores, threshold).as_dict()
+        elif task_named(task) == MULTICLASS:
+            point = multiclass_metrics(labels, scores, classes).as_dict()
         else:
             point = regression_metrics(labels, scores).as_dict()
         metrics = {k: float(v) for k, v in point.items()}
@@ -211,14 +240,34 @@ def realized(
         values = spec.values(frame[spec.column])
         for value in sorted(set(values)):
             inside = values == value
-            found = measured(policy, labels[inside], scores[inside], task, threshold)
+            found = measured(policy, labels[inside], scores[inside], task, threshold, classes)
             rows.append({"slice": spec.name, "group": value, **asdict(found)})
     return RealizedReport(metric, judged, metrics, rows)
 
 
+def _numbers(
+    labels: np.ndarray, scores: np.ndarray, task: str, classes: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and scores as `_metric`'s functions take them: numbers, or a multiclass model's
+    class indices and [rows, classes] probabilities."""
+    if task_named(task) == MULTICLASS:
+        return class_indices(labels, classes), np.asarray(scores, dtype="float64")
+    return np.asarray(labels, dtype="float64"), np.asarray(scores, dtype="float64")
+
+
 def _metric(
-    metric: str, task: str, threshold: float | None
+    metric: str, task: str, threshold: float | None, classes: Sequence[str] = ()
 ) -> Callable[[np.ndarray, np.ndarray], float]:
+    if task_named(task) == MULTICLASS:
+        if not classes:
+            raise ValueError("classes: a multiclass model's metrics need its class names")
+        names = np.asarray(classes, dtype=object)
+
+        def multiclass(indices: np.ndarray, scores: np.ndarray) -> float:
+            return float(getattr(multiclass_metrics(names[indices], scores, classes), metric))
+
+        return multiclass
+
     if task_named(task) == BINARY:
         if threshold is None:
             raise ValueError("threshold: a binary model's metrics need one")

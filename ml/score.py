@@ -21,7 +21,7 @@ from ml import holds
 from ml.dataset import as_predicted
 from ml.predict import Scorer, ScoreSummary, score_to_parquet
 from ml.results import Markdown, Refused, Unrounded
-from ml.task import BINARY
+from ml.task import BINARY, MULTICLASS
 
 EVENT_TIMESTAMP = "event_timestamp"
 HOLD_IN_SCORING = "ML_LIFECYCLE_HOLD_IN_SCORING"
@@ -106,7 +106,9 @@ class DayScores:
     def metadata(self) -> dict[str, Any]:
         """The version, the missing features, the scores' distribution and the speed."""
         summary, task = self.summary, self.served.scorer.task
-        output = task.output
+        # A multiclass classifier's scores are summarized by their top-class probability.
+        output = "predicted_probability" if task == MULTICLASS else task.output
+        classes = summary.predicted_classes
         return {
             "model": self.served.label,
             "model_sha256": self.served.sha256,
@@ -115,6 +117,7 @@ class DayScores:
             "missing_features_treatment": MISSING_TREATMENT,
             "missing_by_feature": summary.missing_by_feature,
             **({"predicted_positive": summary.positive_predictions} if task == BINARY else {}),
+            **({"predicted_classes": classes} if classes is not None else {}),
             f"mean_{output}": Unrounded(summary.mean),
             f"{output}_quantiles": summary.quantiles,
             f"{output}_histogram": Markdown(

@@ -6,6 +6,11 @@
 - regression: the label is a number. The network outputs the label standardized with the train
   split's mean and standard deviation, trained with the mean squared error; the served output
   undoes the standardization, `prediction`, in the label's units, judged by RMSE, MAE and R².
+- multiclass: the label is one of a few classes (text or integers), learned as its index in the
+  train split's sorted class names. The network outputs one logit per class, trained with
+  cross-entropy; the served outputs are P(class) for every class, `probabilities` ([batch,
+  classes], in the order of the class names), and the most probable class's name,
+  `predicted_class`, judged by log loss, accuracy, macro F1 and per-class figures.
 
 Each stage dispatches on a `Task` (the name in `DataConfig.task`); this module imports nothing
 heavy, so serving can read it without torch.
@@ -28,6 +33,9 @@ class Task:
     """What the training and validation losses are."""
     slice_metric: str
     """The metric compared per slice and plotted per slice by default."""
+    predicted: str | None = None
+    """The served graph's second output, the predicted class's name (multiclass); None: the
+    task serves `output` alone."""
 
 
 BINARY = Task(
@@ -46,7 +54,16 @@ REGRESSION = Task(
     loss_name="mean squared error of the standardized label",
     slice_metric="rmse",
 )
-TASKS = {task.name: task for task in (BINARY, REGRESSION)}
+MULTICLASS = Task(
+    name="multiclass",
+    output="probabilities",
+    meaning="P(class) for every class, in the order of the train split's sorted class names",
+    standardized_label=False,
+    loss_name="cross-entropy (multiclass log loss)",
+    slice_metric="macro_f1",
+    predicted="predicted_class",
+)
+TASKS = {task.name: task for task in (BINARY, REGRESSION, MULTICLASS)}
 
 
 def task_named(name: str) -> Task:

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
-from torch.nn.functional import binary_cross_entropy_with_logits, mse_loss
+from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy, mse_loss
 from torch.nn.parallel import DistributedDataParallel
 
 from ml import checkpoint, holds, memory, telemetry
@@ -43,10 +43,10 @@ from ml.dataset import fingerprint
 from ml.exits import EXIT_NOT_RETRYABLE, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
-from ml.metrics import Metrics, binary_metrics, regression_metrics
+from ml.metrics import Metrics, binary_metrics, multiclass_metrics, regression_metrics
 from ml.model import build_model
 from ml.preflight import check, config_of
-from ml.task import BINARY, REGRESSION, task_named
+from ml.task import BINARY, MULTICLASS, REGRESSION, task_named
 
 log = logging.getLogger("ml.train")
 
@@ -67,6 +67,7 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSSES: dict[str, Loss] = {
     BINARY.name: binary_cross_entropy_with_logits,
     REGRESSION.name: mse_loss,  # of the standardized label
+    MULTICLASS.name: cross_entropy,  # of per-class logits and class indices
 }
 """The training and validation loss of each task, by task name."""
 
@@ -158,7 +159,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     label = config.data.label
     frame = pd.read_parquet(config.data.training_set)
     parts = {s: frame[frame[config.data.split_column] == s] for s in ("train", "validation")}
-    preprocessor = Preprocessor.fit(parts["train"], label if task.standardized_label else None)
+    preprocessor = Preprocessor.for_task(task, parts["train"], label)
     train_set = preprocessor.transform(parts["train"], label)
     validation_set = preprocessor.transform(parts["validation"], label)
     model = network(preprocessor, config).to(ranks.device)
@@ -334,9 +335,12 @@ def network(preprocessor: Preprocessor, config: TrainConfig) -> nn.Module:
 
 
 def scores(outputs: torch.Tensor, preprocessor: Preprocessor) -> torch.Tensor:
-    """The network's fp32 outputs in the task's terms: P(label = 1) of a logit (binary), or the
-    label's value of its standardized value (regression), computed in fp32 as the served graph
-    computes it (`ml.export`)."""
+    """The network's fp32 outputs in the task's terms: P(label = 1) of a logit (binary), P(class)
+    of each class's logit, [rows, classes] (multiclass), or the label's value of its
+    standardized value (regression), computed in fp32 as the served graph computes it
+    (`ml.export`)."""
+    if preprocessor.classes is not None:
+        return torch.softmax(outputs, dim=-1)
     target = preprocessor.target
     if target is None:
         return torch.sigmoid(outputs)
@@ -355,9 +359,10 @@ def predictions(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFram
 
 
 def probabilities(model: nn.Module, preprocessor: Preprocessor, frame: pd.DataFrame) -> Any:
-    """P(label = 1) of every row of `frame` (raw feature columns), in fp32 on the CPU: the
-    reference the served ONNX model must match. A binary classifier's `predictions`."""
-    if preprocessor.task != BINARY:
+    """P(label = 1) of every row of `frame` (raw feature columns), or P(class) of every class,
+    [rows, classes] (multiclass), in fp32 on the CPU: the reference the served ONNX model must
+    match. A classifier's `predictions`."""
+    if preprocessor.task not in (BINARY, MULTICLASS):
         raise ValueError(f"a {preprocessor.task.name} model has no probabilities: use predictions")
     return predictions(model, preprocessor, frame)
 
@@ -367,6 +372,8 @@ def validation_metrics(
 ) -> Metrics:
     """The task's metrics of the network's `outputs` on rows with these raw `labels`."""
     values = scores(outputs, preprocessor).cpu().numpy()
+    if preprocessor.classes is not None:
+        return multiclass_metrics(labels, values, preprocessor.classes)
     if preprocessor.task == BINARY:
         return binary_metrics(labels.to_numpy(dtype="float32"), values)
     return regression_metrics(labels.to_numpy(dtype="float64"), values)

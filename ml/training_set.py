@@ -73,6 +73,8 @@ class TrainingSet:
             if self.task == BINARY.name:
                 rate = summary.positive_rate(part)
                 metadata[f"positive_rate_{part}"] = rate if rate is not None else "n/a"
+        for part, counts in summary.classes.items():
+            metadata[f"classes_{part}"] = counts
         if summary.null_features:
             metadata["null_features"] = summary.null_features
         return metadata

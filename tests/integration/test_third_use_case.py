@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.samples import TIMEZONE, write_events
+from usecases import BUNDLED
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,8 @@ def test_the_copy_declares_the_third_use_case_beside_the_bundled_ones(copy: Path
     probe = "import json, usecases; print(json.dumps([c.name for c in usecases.USE_CASES]))"
     listed = python(copy, "-c", probe)
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout.strip().splitlines()[-1]) == ["flights", "ridership", NAME]
+    bundled = [case.name for case in BUNDLED]
+    assert json.loads(listed.stdout.strip().splitlines()[-1]) == [*bundled, NAME]
 
 
 def test_the_declaration_checks_pass_with_a_third_use_case(copy: Path):

@@ -400,8 +400,8 @@ def test_evaluate_takes_a_threshold_for_binary_only_and_a_baseline_of_the_same_r
         evaluate(labels, predictions, frame, [], 0.5, 10, task="regression")
     with pytest.raises(ValueError, match="threshold: a binary evaluation needs one"):
         evaluate(*scored(100), frame, [], None, 10)
-    with pytest.raises(ValueError, match="task='multiclass'"):
-        evaluate(labels, predictions, frame, [], None, 10, task="multiclass")
+    with pytest.raises(ValueError, match="task='ranking'"):
+        evaluate(labels, predictions, frame, [], None, 10, task="ranking")
     with pytest.raises(ValueError, match="baseline has 99 rows for 100 labels"):
         evaluate(labels, predictions, frame, [], task="regression", baseline=labels[1:])
     with pytest.raises(ValueError, match="baseline: no row has a finite value"):

@@ -41,7 +41,7 @@ def test_the_command_line_and_the_nested_dict_build_the_same_validated_config():
         ({"optim": {"lr": 0.0}}, "optim.lr=0.0"),
         ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
         ({"optim": {"batchsize": 3}}, "unknown field(s) ['optim.batchsize']"),
-        ({"data": {"task": "multiclass"}}, "data.task='multiclass': must be one of"),
+        ({"data": {"task": "ranking"}}, "data.task='ranking': must be one of"),
     ],
 )
 def test_a_bad_config_is_refused_naming_the_field(values, named):
