@@ -13,12 +13,12 @@ step reads the reported figures back with `JobEpoch.from_message` without torch.
 """
 
 import math
-import os
-import resource
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
+
+from ml import memory
 
 Batch = TypeVar("Batch")
 
@@ -273,7 +273,7 @@ class EpochMeter:
             )
         now = resident_bytes()
         # The kernel's high-water mark lags its current count by a few pages at times.
-        return now, None, max(now, peak_resident_bytes())
+        return now, None, max(now, memory.resident_peak_bytes())
 
     def _probe_utilisation(self) -> str:
         """How this device's utilisation is measured, or why it is not."""
@@ -351,17 +351,8 @@ def unpacked(figures: EpochTelemetry, rank: int, values: Sequence[float]) -> Epo
 
 def resident_bytes() -> int:
     """This process's resident set now (Linux's /proc; elsewhere its peak, the closest figure)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except FileNotFoundError:
-        return peak_resident_bytes()
-
-
-def peak_resident_bytes() -> int:
-    """This process's peak resident set since it started."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if os.uname().sysname == "Darwin" else peak * 1024  # Linux counts KiB
+    now = memory.resident_bytes()
+    return memory.resident_peak_bytes() if now is None else now
 
 
 def _torch_threads() -> int:

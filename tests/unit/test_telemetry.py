@@ -2,6 +2,7 @@
 totals over its ranks, the message rank 0 reports, and what the launching step makes of it (the
 MLflow run's epoch metrics, the asset's table, peaks and plot)."""
 
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -108,19 +109,22 @@ def test_each_epoch_starts_from_nothing_and_an_epoch_never_timed_cannot_close():
 
 
 def test_a_cpu_ranks_memory_is_its_resident_set_and_follows_what_it_holds():
+    # Large beside what the rest of the process frees meanwhile (another test's threads): a
+    # 64 MiB step failed once under xdist, when some megabytes were given back between readings.
+    gc.collect()
     meter = EpochMeter(0, "cpu", threads=1)
     for _ in meter.timed([None]):
         meter.step(1)
     before = meter.close(1)
-    held = b"\x01" * (64 * MIB)  # written, so resident
+    held = b"\x01" * (256 * MIB)  # written, so resident
     for _ in meter.timed([held]):
         meter.step(1)
     after = meter.close(2)
 
-    assert after.memory_bytes - before.memory_bytes >= 60 * MIB
-    assert after.peak_memory_bytes >= after.memory_bytes >= 60 * MIB
+    assert after.memory_bytes - before.memory_bytes >= 224 * MIB
+    assert after.peak_memory_bytes >= after.memory_bytes >= 224 * MIB
     assert before.memory_reserved_bytes is None and after.device == "cpu"
-    assert len(held) == 64 * MIB
+    assert len(held) == 256 * MIB
 
 
 def test_the_jobs_figures_are_every_ranks_rows_over_the_slowest_and_the_highest_memory():
