@@ -25,8 +25,8 @@ built before any timing (the same rows in the same order, each batch its own con
 
 `checkpoints` is P8, one process, one thread, batch 512: blocks of `--every` steps of
 `ml.train`'s loop, half of them followed by a checkpoint written as `ml.train` writes it
-(`ml.train.checkpoint_state`, `ml.checkpoint.save`: temp folder, fsync, rename, marker,
-manifest), on the disk of the data set.
+(`ml.train.checkpoint_state`, `ml.checkpoint.save`: DCP shards into a temp folder, fsync,
+manifest, marker, rename), on the disk of the data set.
 
 Each prints one JSON line.
 """
@@ -166,7 +166,7 @@ class Trainer:
         )
         self.warmup_fraction = config.optim.warmup_fraction
         self.autocast = torch.autocast("cpu", enabled=False)
-        self.shards = Shards(len(self.tensors), 1, config.seed)
+        self.shards = Shards(len(self.tensors), batch_size, config.seed)
         self.batch_size = batch_size
         self.steps_per_epoch = -(-len(self.tensors) // batch_size)
         self.model.train()
@@ -181,7 +181,7 @@ class Trainer:
         """`ml.train`'s data path: the epoch's rows gathered once, then a view per batch."""
         from ml.train import epoch_batches
 
-        rows = self.shards.indices(0, epoch)
+        rows = self.shards.indices(0, 1, epoch)
         return epoch_batches(self.tensors, rows, self.batch_size, 0, self.tensors.label.device)
 
     def step(self, batch) -> float:
@@ -229,8 +229,6 @@ def time_checkpoints(data: Path, every: int, blocks: int, folder: Path) -> dict:
     import math
     import statistics
 
-    import torch
-
     from ml import checkpoint
     from ml.train import checkpoint_state
 
@@ -249,11 +247,9 @@ def time_checkpoints(data: Path, every: int, blocks: int, folder: Path) -> dict:
 
     def save(step: int) -> float:
         began = time.perf_counter()
-        state = checkpoint_state(
-            trainer.optimizer, trainer.scheduler, best, history, torch.device("cpu")
-        )
-        position = checkpoint.Position(step, 0, 1, 1, math.inf, 0)
-        checkpoint.save(folder / "checkpoints", position, trainer.model.state_dict(), state)
+        state = checkpoint_state(trainer.model, trainer.optimizer, trainer.scheduler, best, history)
+        position = checkpoint.Position(step, 0, 512, 512, 1, math.inf, 0)
+        checkpoint.save(folder / "checkpoints", position, state)
         return time.perf_counter() - began
 
     feed = forever()

@@ -16,6 +16,7 @@ def leave(code: int | None) -> NoReturn:
     gc.freeze()
     sys.exit(code)
 
+
 EXIT_PREEMPTED = 75
 """Stopped from outside (SIGTERM: a preempted node, an eviction) after writing a checkpoint
 (sysexits' EX_TEMPFAIL): the launcher retries from that checkpoint, and the attempt does not

@@ -92,7 +92,7 @@ class LocalTorchrun(TrainingLauncher):
         root = Path(config.output_dir) / "checkpoints"
         checkpoint.begin_attempt(root, key, self.file_mode)
         earlier = Path(self.output_root).glob("*/checkpoints")
-        return checkpoint.resume_earlier(root, earlier, self.processes)
+        return checkpoint.resume_earlier(root, earlier)
 
     def layout(
         self, context: dg.AssetExecutionContext, config: TrainConfig
