@@ -3,7 +3,7 @@
 - `ddp`: a replica on every rank, gradients all-reduced in the backward pass (DDP).
 - `fsdp`: parameters, gradients and optimizer state sharded over the ranks (FSDP2,
   `torch.distributed.fsdp.fully_shard`): each block of the network is its own unit (its
-  parameters are gathered just before it runs and freed after), then the root.
+  parameters are gathered just before it runs and freed after, `blocks`), then the root.
 
 One rank alone runs the plain model either way. The state functions use
 `torch.distributed.checkpoint.state_dict`, which gives the same keys for every strategy (a
@@ -52,13 +52,27 @@ def parallelize(model: nn.Module, strategy: str, world_size: int) -> nn.Module:
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
-    """The units fsdp shards one by one: each child of the root that has parameters, or each
-    element of a child that is a list of modules (the MLP's embeddings, a transformer's blocks)."""
+    """The units fsdp shards one by one before the root: each child of the root that has
+    parameters and a forward of its own (the MLP's layers), and each element of a list of
+    modules that is itself made of layers (a transformer's blocks). A list of single layers
+    (the MLP's embeddings, one per categorical column) stays with the root: a unit each would
+    cost two gathers and a reduce-scatter per step apiece, which on gloo took 4 times as long
+    as the MLP's step itself (docs/benchmarks.md, P13)."""
     units: list[nn.Module] = []
     for child in model.children():
-        members = list(child) if isinstance(child, nn.ModuleList) else [child]
-        units += [m for m in members if any(True for _ in m.parameters())]
+        if isinstance(child, nn.ModuleList | nn.ModuleDict):
+            units += [member for member in child.children() if _layered(member)]
+        elif _has_parameters(child):
+            units.append(child)
     return units
+
+
+def _layered(module: nn.Module) -> bool:
+    return sum(_has_parameters(child) for child in module.children()) >= 2
+
+
+def _has_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
 
 
 def weights(model: nn.Module) -> dict[str, torch.Tensor]:

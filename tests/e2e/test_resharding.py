@@ -23,7 +23,7 @@ GLOBAL_BATCH = 128
 WEIGHTS_TOLERANCE = 1e-3
 """Two ranks of 64 rows and one of 128 train the same batches; only the order of the float
 additions in the loss and the gradients' reduction differs, which AdamW's step (a gradient over
-the root of its running square) amplifies for the smallest gradients: 1.3e-4 measured after 94
+the root of its running square) amplifies for the smallest gradients: 1.3e-4 measured after 96
 steps, weights of order 0.1 to 1."""
 
 
