@@ -6,10 +6,13 @@ regression (`data.task`, `ml.task`).
     torchrun --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train ...   # same flags
 
 Every rank reads the training set, fits the same preprocessing on the train split (a regression
-label is standardized with it), and trains on its own shard (DDP: gloo on CPU, NCCL on CUDA).
-Rank 0 writes checkpoints every `checkpoint_every_steps` and at the end of each epoch, and the
-best weights (lowest validation loss) at the end; a restarted run resumes from the newest
-complete checkpoint and continues exactly where it stopped. Under Dagster Pipes, rank 0 reports
+label is standardized with it), and trains on its share of each global batch (`ml.data.Shards`)
+with the config's strategy (`ml.sharding`: ddp or fsdp; gloo on CPU, NCCL on CUDA). All ranks
+write sharded checkpoints every `checkpoint_every_steps`, at the end of each epoch and on
+SIGTERM (`ml.preemption`: then the process exits `EXIT_PREEMPTED`); rank 0 writes the best
+weights (lowest validation loss), gathered, at the end. A restarted run resumes from the newest
+complete checkpoint, at any world size that divides the global batch, and continues exactly
+where it stopped. Under Dagster Pipes, rank 0 reports
 each epoch as it ends (the launching step logs it to MLflow then) and the result.
 """
 
