@@ -29,7 +29,7 @@ from benchmarks.harness import REPEATS, Ratio, as_json, measure, median
 from benchmarks.training_speed import wait_for_quiet
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
-IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P14")
+IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P14")
 
 
 @dataclass(frozen=True)
@@ -276,11 +276,13 @@ def p6_feed(data: Path, threads: int, sizes: Sizes) -> Ratio:
     )
 
 
-def run_argv(data: Path, processes: int, threads: int, batch: int, epochs: int) -> list[str]:
+def run_argv(
+    data: Path, processes: int, threads: int, batch: int, epochs: int, strategy: str = "ddp"
+) -> list[str]:
     return [
         *("-m", "benchmarks.training_speed", "run", "--data", str(data)),
         *("--processes", str(processes), "--threads", str(threads), "--batch", str(batch)),
-        *("--epochs", str(epochs)),
+        *("--epochs", str(epochs), "--strategy", strategy),
     ]
 
 
@@ -315,6 +317,25 @@ def p7_layouts(data: Path, sizes: Sizes) -> list[Ratio]:
         ">= 1.0",
     )
     return [ddp, picked]
+
+
+def p13_fsdp(data: Path, sizes: Sizes) -> Ratio:
+    """FSDP2 against DDP: the same MLP, data and global batch, 2 processes x 1 thread (gloo),
+    taking turns."""
+    epochs = sizes.run_epochs
+    sides = {
+        "fsdp": run_argv(data, 2, 1, 512, epochs, "fsdp"),
+        "ddp": run_argv(data, 2, 1, 512, epochs, "ddp"),
+    }
+    runs = alternated(sides, sizes)
+    return throughput(
+        "P13",
+        "FSDP2 ÷ DDP, 2 processes x 1 thread, batch 512 per process",
+        median(runs["fsdp"], "samples_per_s"),
+        median(runs["ddp"], "samples_per_s"),
+        paired(runs["fsdp"], runs["ddp"], "samples_per_s"),
+        ">= 0.8",
+    )
 
 
 def p8_checkpoints(data: Path, info: bool, sizes: Sizes) -> list[Ratio]:
@@ -503,7 +524,7 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
                 table.add(p4_retrieval(Path(home), sizes))
             if "P5" in wanted:
                 table.add(p5_materialization(Path(home), sizes))
-    if wanted & {"P6", "P7", "P8"}:
+    if wanted & {"P6", "P7", "P8", "P13"}:
         with tempfile.TemporaryDirectory(prefix="bench-training-") as folder:
             data = Path(folder) / "training_set.parquet"
             subprocess.run(
@@ -523,6 +544,9 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
             if "P8" in wanted:
                 with table.part("P8"):
                     table.add(*p8_checkpoints(data, info, sizes))
+            if "P13" in wanted:
+                with table.part("P13"):
+                    table.add(p13_fsdp(data, sizes))
     if wanted & {"P9", "P10", "P11"}:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as folder:
             subprocess.run(

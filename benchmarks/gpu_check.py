@@ -1,10 +1,13 @@
-"""G1: the trainer on every visible GPU (NCCL, bf16): samples/s and model FLOP utilisation.
+"""G1: the trainer on every visible GPU (NCCL, bf16): samples/s and model FLOP utilisation, with
+each strategy (ddp, and fsdp: FSDP2 sharding over the GPUs).
 
     python -m benchmarks.gpu_check --out /tmp/gpu_check      # what benchmarks/gpu_check.sh runs
 
 Runs `python -m ml.node ... -m ml.train` exactly as the launchers do, on a synthetic training
 set shaped like the bundled one (35 numeric and 8 categorical features), for the project's model
-and a wide variant that can load the GPU; reads each run's result.json and prints one table.
+and a wide variant that can load the GPU, each with `--strategies` (ddp and fsdp); reads each
+run's result.json and prints one table. On one GPU the job has one rank, which trains the plain
+model whatever the strategy (`ml.sharding`): fsdp over NCCL needs two GPUs or more.
 Model FLOPs per sample are 6 x the multiply-accumulates of the linear layers (forward 2, backward
 4); embeddings are lookups. Needs only torch, pandas, pyarrow, safetensors and scikit-learn, not
 Dagster: GPU images need not carry the orchestration stack.
@@ -57,8 +60,10 @@ def linear_macs_per_sample(hidden: str) -> int:
     return sum(a * b for a, b in itertools.pairwise(widths))
 
 
-def run(out: Path, data: Path, gpus: int, hidden: str, batch: int, epochs: int) -> dict:
-    run_dir = out / f"run-{hidden.replace(',', 'x')}"
+def run(
+    out: Path, data: Path, gpus: int, hidden: str, batch: int, epochs: int, strategy: str
+) -> dict:
+    run_dir = out / f"run-{hidden.replace(',', 'x')}-{strategy}"
     command = [
         sys.executable,
         "-m",
@@ -86,6 +91,8 @@ def run(out: Path, data: Path, gpus: int, hidden: str, batch: int, epochs: int) 
         "1000000",
         "--precision",
         "bf16",
+        "--strategy",
+        strategy,
     ]
     began = time.perf_counter()
     subprocess.run(command, check=True)
@@ -138,6 +145,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--batch", type=int, default=8192, help="rows per step per GPU")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--strategies", default="ddp,fsdp", help="comma-separated")
     parser.add_argument(
         "--cpu-smoke", action="store_true", help="check the plumbing on a CPU (1 process)"
     )
@@ -160,12 +168,14 @@ def main() -> int:
     data = args.out / "training_set.parquet"
     synthetic_training_set(data, args.rows)
     rows = []
-    for label, hidden in MODELS.items():
-        result = run(args.out, data, gpus, hidden, args.batch, args.epochs)
+    runs = [(m, s) for m in MODELS.items() for s in args.strategies.split(",")]
+    for (label, hidden), strategy in runs:
+        result = run(args.out, data, gpus, hidden, args.batch, args.epochs, strategy)
         flops = 6 * linear_macs_per_sample(hidden) * result["samples_per_s"]
         rows.append(
             {
                 "model": f"{label} ({hidden})",
+                "strategy": strategy if gpus > 1 else f"{strategy} (1 rank: unsharded)",
                 "gpus": gpus,
                 "device": name,
                 "torch": torch.__version__,
@@ -182,7 +192,7 @@ def main() -> int:
     print(f"\nG1 on {gpus} x {name} (peak bf16 {peak} TFLOP/s per GPU), {backend}, bf16 autocast")
     for row in rows:
         print(
-            f"  {row['model']:<28} {row['samples_per_s']:>14,.0f} samples/s"
+            f"  {row['model']:<28} {row['strategy']:<24} {row['samples_per_s']:>14,.0f} samples/s"
             f"  {row['model_tflops']:8.2f} TFLOP/s  MFU {row['mfu']:7.2%}"
             f"  AUC {row['validation_roc_auc']:.3f}  ({row['wall_s']:.0f} s)"
         )

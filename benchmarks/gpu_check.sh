@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # G1 (../shared/QUALITY.md): on a GPU machine, the trainer with NCCL and bf16 on every visible
-# GPU; prints samples/s and model FLOP utilisation. One prepared script, under 10 minutes.
+# GPU, with ddp and with fsdp (FSDP2 over NCCL when there are 2 GPUs or more); prints samples/s
+# and model FLOP utilisation. One prepared script, under 10 minutes.
 # Run from the repository root: bash benchmarks/gpu_check.sh [out-folder]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""P6, P7, P8: training throughput on a synthetic training set shaped like the real one.
+"""P6, P7, P8, P13: training throughput on a synthetic training set shaped like the real one.
 
     python -m benchmarks.training_speed data PATH --rows 60000        # once: the training set
     python -m benchmarks.training_speed feed --data PATH --threads 1
@@ -19,14 +19,15 @@ processes' ratios.
 permutation of the row-major train split, inside the timed part), and lists of batch tensors
 built before any timing (the same rows in the same order, each batch its own contiguous tensor).
 
-`run` is P7: real `python -m ml.node` (torchrun) of `ml.train` with `--processes` workers of
-`--threads` threads each, `--batch` rows per worker; it reports the run's own
-`TrainResult.samples_per_s` (the epochs' batches only: start-up and validation excluded).
+`run` is P7 and P13: real `python -m ml.node` (torchrun) of `ml.train` with `--processes`
+workers of `--threads` threads each, `--batch` rows per worker, `--strategy` ddp or fsdp; it
+reports the run's own `TrainResult.samples_per_s` (the epochs' batches only: start-up and
+validation excluded).
 
 `checkpoints` is P8, one process, one thread, batch 512: blocks of `--every` steps of
 `ml.train`'s loop, half of them followed by a checkpoint written as `ml.train` writes it
-(`ml.train.checkpoint_state`, `ml.checkpoint.save`: temp folder, fsync, rename, marker,
-manifest), on the disk of the data set.
+(`ml.train.checkpoint_state`, `ml.checkpoint.save`: DCP shards into a temp folder, fsync,
+manifest, marker, rename), on the disk of the data set.
 
 Each prints one JSON line.
 """
@@ -166,7 +167,7 @@ class Trainer:
         )
         self.warmup_fraction = config.optim.warmup_fraction
         self.autocast = torch.autocast("cpu", enabled=False)
-        self.shards = Shards(len(self.tensors), 1, config.seed)
+        self.shards = Shards(len(self.tensors), batch_size, config.seed)
         self.batch_size = batch_size
         self.steps_per_epoch = -(-len(self.tensors) // batch_size)
         self.model.train()
@@ -181,7 +182,7 @@ class Trainer:
         """`ml.train`'s data path: the epoch's rows gathered once, then a view per batch."""
         from ml.train import epoch_batches
 
-        rows = self.shards.indices(0, epoch)
+        rows = self.shards.indices(0, 1, epoch)
         return epoch_batches(self.tensors, rows, self.batch_size, 0, self.tensors.label.device)
 
     def step(self, batch) -> float:
@@ -229,8 +230,6 @@ def time_checkpoints(data: Path, every: int, blocks: int, folder: Path) -> dict:
     import math
     import statistics
 
-    import torch
-
     from ml import checkpoint
     from ml.train import checkpoint_state
 
@@ -249,11 +248,9 @@ def time_checkpoints(data: Path, every: int, blocks: int, folder: Path) -> dict:
 
     def save(step: int) -> float:
         began = time.perf_counter()
-        state = checkpoint_state(
-            trainer.optimizer, trainer.scheduler, best, history, torch.device("cpu")
-        )
-        position = checkpoint.Position(step, 0, 1, 1, math.inf, 0)
-        checkpoint.save(folder / "checkpoints", position, trainer.model.state_dict(), state)
+        state = checkpoint_state(trainer.model, trainer.optimizer, trainer.scheduler, best, history)
+        position = checkpoint.Position(step, 0, 512, 512, 1, math.inf, 0)
+        checkpoint.save(folder / "checkpoints", position, state)
         return time.perf_counter() - began
 
     feed = forever()
@@ -279,9 +276,11 @@ def time_checkpoints(data: Path, every: int, blocks: int, folder: Path) -> dict:
     }
 
 
-def time_run(data: Path, processes: int, threads: int, batch_size: int, epochs: int) -> dict:
-    """P7: `ml.train` under torchrun, as `LocalTorchrun` launches it, without checkpoints but
-    at the end of each epoch (untimed); its samples/s."""
+def time_run(
+    data: Path, processes: int, threads: int, batch_size: int, epochs: int, strategy: str = "ddp"
+) -> dict:
+    """P7, P13: `ml.train` under torchrun, as `LocalTorchrun` launches it, with `strategy`,
+    without checkpoints but at the end of each epoch (untimed); its samples/s."""
     pinned = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     with tempfile.TemporaryDirectory(prefix="bench-train-", dir=data.parent) as out:
         subprocess.run(
@@ -296,6 +295,7 @@ def time_run(data: Path, processes: int, threads: int, batch_size: int, epochs: 
                 *("--data.training_set", str(data), "--data.label", LABEL, "--output_dir", out),
                 *("--optim.batch_size", str(batch_size), "--optim.max_epochs", str(epochs)),
                 *("--optim.patience_epochs", str(epochs), "--checkpoint_every_steps", "1000000000"),
+                *("--strategy", strategy),
             ],
             env={**os.environ, **pinned},
             check=True,
@@ -323,6 +323,7 @@ def main() -> None:
     checkpoints.add_argument("--blocks", type=int, default=4)
     run = commands.add_parser("run")
     run.add_argument("--processes", type=int, default=1)
+    run.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp")
     for command in (feed, run):
         command.add_argument("--data", type=Path, required=True)
         command.add_argument("--threads", type=int, default=1)
@@ -339,7 +340,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-checkpoints-", dir=args.data.parent) as out:
             result = time_checkpoints(args.data, args.every, args.blocks, Path(out))
     else:
-        result = time_run(args.data, args.processes, args.threads, args.batch, args.epochs)
+        result = time_run(
+            args.data, args.processes, args.threads, args.batch, args.epochs, args.strategy
+        )
     print(json.dumps(result))
 
 

@@ -1,11 +1,22 @@
-"""Checkpoints that a killed writer cannot corrupt.
+"""Checkpoints that a killed writer cannot corrupt, written in shards by every rank together.
 
 Each checkpoint is a fresh directory `step-<000000123>` under the checkpoint root, written as
-`.step-...-<random>.tmp` first: model weights (safetensors), optimizer and scheduler state and the
-RNG states (`torch.save` of tensors and plain values, read back with `weights_only=True`), the
-trainer's position (JSON), a manifest with the sha256 of every file, and last a `COMPLETE`
-marker; then the directory is renamed into place. Loading takes the newest directory whose
-marker exists and whose files match the manifest; anything else is ignored.
+`.step-000000123.tmp` first:
+
+1. every rank writes its own shards of the state's tensors (model, optimizer, best weights so
+   far, RNG states) with `torch.distributed.checkpoint` (DCP: `__<rank>_0.distcp`, and DCP's
+   `.metadata` from rank 0);
+2. after a barrier, rank 0 alone writes the state's plain values as JSON (`state.json`: the
+   scheduler, the loss history, the optimizer's hyperparameters), the trainer's position
+   (`position.json`), a manifest with the sha256 of every file in the directory (every rank's
+   shards included), and last a `COMPLETE` marker; then it renames the directory into place.
+
+No other rank renames anything. Loading takes the newest directory whose marker exists and whose
+files all match the manifest; any other is refused by name, with the file and what is wrong with
+it (missing, or a hash that does not match), and the one before it is tried. A temporary
+directory left by a save that was cut short is removed by the next save. DCP reshards as it
+loads, so a checkpoint written by N ranks loads into M; nothing here is pickled but DCP's own
+`.metadata`, which is read only once its hash matched the manifest.
 
 A checkpoint root can also record which training it belongs to (`begin_attempt`: a key naming
 the config, data and code) and whether that training ended (`finish_attempt`). A later attempt
@@ -18,101 +29,182 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
-from safetensors.torch import save as safetensors_bytes
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 
+from ml import holds
 from ml.files import FILE_MODE, atomic_write, sha256_file
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = "model.safetensors"
-STATE = "state.pt"
+STATE = "state.json"
 POSITION = "position.json"
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
 PREFIX = "step-"
 ATTEMPT = "attempt.json"
+HOLD_IN_SAVE = "ML_LIFECYCLE_HOLD_IN_SAVE"
+"""For the tests that kill a rank in the middle of a sharded save: a file path. Every rank holds
+there (`ml.holds`) once its shards are written and before rank 0 commits the checkpoint, in a
+save that would follow a committed checkpoint (so that there is a previous one to fall back to)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Global sample positions [start, end) trained at one world size, within one attempt."""
+
+    world_size: int
+    start: int
+    end: int
 
 
 @dataclass(frozen=True)
 class Position:
-    """Where training stood: enough to continue exactly as if never stopped."""
+    """Where training stood: enough to continue exactly as if never stopped, at any world size
+    that divides the global batch."""
 
     step: int
     epoch: int
-    batch_in_epoch: int
+    samples_in_epoch: int
+    """Rows of the epoch's global order consumed (`ml.data.Shards`)."""
+    global_batch_size: int
+    """Rows per optimizer step over all ranks: fixed for the whole training."""
     world_size: int
     best_validation_loss: float
     epochs_without_improvement: int
+    segments: tuple[Segment, ...] = ()
+    """How the samples trained so far were trained: each attempt's world size and range."""
+    preempted: bool = False
+    """Written because the job was told to stop (SIGTERM), mid-epoch."""
+
+    @property
+    def samples(self) -> int:
+        """Global sample position: rows consumed since the training began."""
+        return self.step * self.global_batch_size
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Position":
+        values = json.loads(text)
+        segments = tuple(Segment(**s) for s in values.pop("segments"))
+        return cls(**values, segments=segments)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A complete checkpoint found on disk; its tensors are read by `load`."""
+
     path: Path
     position: Position
-    weights: dict[str, torch.Tensor]
-    state: dict[str, Any]
-    """Optimizer, scheduler and RNG states."""
+    values: dict[str, Any] = field(repr=False)
+    """The state's plain (non-tensor) values."""
 
 
-def save(
-    root: Path,
-    position: Position,
-    weights: dict[str, torch.Tensor],
-    state: dict[str, Any],
-) -> Path:
-    """Write a checkpoint atomically; returns its directory. Leftovers of a writer killed
-    mid-write are removed first (one writer at a time: rank 0)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for leftover in root.glob(f".{PREFIX}*.tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
+def save(root: Path, position: Position, state: dict[str, Any]) -> Path:
+    """Write a checkpoint of `state` (nested dicts of tensors, DTensors and JSON values) with
+    every rank of the job taking part; returns its directory. Leftovers of a save that was cut
+    short are removed first."""
+    main = _rank() == 0
     final = root / f"{PREFIX}{position.step:09d}"
-    temp = root / f".{final.name}-{uuid.uuid4().hex[:8]}.tmp"
-    temp.mkdir()
-    # Bytes written with open(), so the umask decides the mode (save_file's file is always 0600).
-    tensors = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
-    (temp / WEIGHTS).write_bytes(safetensors_bytes(tensors))
-    torch.save(state, temp / STATE)
-    (temp / POSITION).write_text(json.dumps(asdict(position), sort_keys=True))
-    manifest = {name: sha256_file(temp / name) for name in (WEIGHTS, STATE, POSITION)}
-    (temp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
-    (temp / COMPLETE).write_text("")
-    for path in temp.iterdir():
-        _fsync(path)
-    if final.exists():  # the same step written again (a restart): the new one replaces it
-        shutil.rmtree(final)
-    os.replace(temp, final)
-    _fsync(root)
+    temp = root / f".{final.name}.tmp"
+    if main:
+        root.mkdir(parents=True, exist_ok=True)
+        for leftover in root.glob(f".{PREFIX}*.tmp"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        temp.mkdir()
+    _barrier()
+    tensors, values = _split(state)
+    with _alone_quietly():
+        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(temp, sync_files=True))
+    if any(root.glob(f"{PREFIX}*")):
+        holds.hold(HOLD_IN_SAVE)
+    _barrier()  # every rank's shards are on disk
+    if main:
+        _commit(temp, final, position, values)
+    _barrier()
     return final
 
 
-def latest(root: Path, world_size: int) -> Checkpoint | None:
-    """The newest complete checkpoint under `root`, or None; refuses another world size."""
+def _commit(temp: Path, final: Path, position: Position, values: dict[str, Any]) -> None:
+    """Rank 0: the plain values, position, manifest of every file, marker; then the rename."""
+    (temp / STATE).write_text(json.dumps(values, sort_keys=True))
+    (temp / POSITION).write_text(position.to_json())
+    files = sorted(p.name for p in temp.iterdir())
+    manifest = {name: sha256_file(temp / name) for name in files}
+    (temp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
+    (temp / COMPLETE).write_text("")
+    for name in (STATE, POSITION, MANIFEST, COMPLETE):
+        _fsync(temp / name)
+    _fsync(temp)
+    if final.exists():  # the same step written again (a restart): the new one replaces it
+        shutil.rmtree(final)
+    os.replace(temp, final)
+    _fsync(final.parent)
+
+
+def latest(root: Path) -> Checkpoint | None:
+    """The newest complete checkpoint under `root`, or None; a damaged one is refused, logged
+    with what is wrong with it, for the one before it."""
     if not root.is_dir():
         return None
     for path in sorted(root.glob(f"{PREFIX}*"), reverse=True):
-        if not _intact(path):
-            log.warning("checkpoint %s is incomplete or corrupt; ignored", path)
+        problems = damage(path)
+        if problems:
+            log.warning("checkpoint %s refused: %s; trying the one before", path, problems)
             continue
-        position = Position(**json.loads((path / POSITION).read_text()))
-        if position.world_size != world_size:
-            raise ValueError(
-                f"checkpoint {path} was written by {position.world_size} process(es); this run"
-                f" has {world_size}. Resume with the same world size, or start in a new directory."
-            )
         return Checkpoint(
             path=path,
-            position=position,
-            weights=load_file(path / WEIGHTS),
-            state=torch.load(path / STATE, weights_only=True),
+            position=Position.from_json((path / POSITION).read_text()),
+            values=json.loads((path / STATE).read_text()),
         )
     return None
+
+
+def load(found: Checkpoint, template: dict[str, Any]) -> dict[str, Any]:
+    """The state `found` holds: the tensors of `template` (the state as `save` took it, sharded
+    as this job shards it) read in place by DCP, resharded from however many ranks wrote them,
+    with the plain values merged in."""
+    tensors, _ = _split(template)
+    with _alone_quietly():
+        dcp.load(tensors, storage_reader=dcp.FileSystemReader(found.path))
+    return _merge(tensors, found.values)
+
+
+def damage(path: Path) -> str:
+    """What makes the checkpoint at `path` unusable ("" when nothing): no marker, or each file of
+    its manifest that is missing or whose sha256 does not match."""
+    if not (path / COMPLETE).is_file() or not (path / MANIFEST).is_file():
+        return f"no {COMPLETE} marker or {MANIFEST} (the save did not finish)"
+    manifest = json.loads((path / MANIFEST).read_text())
+    missing = [name for name in manifest if not (path / name).is_file()]
+    mismatched = [
+        name
+        for name, digest in manifest.items()
+        if name not in missing and sha256_file(path / name) != digest
+    ]
+    problems = [f"file {name} missing" for name in missing]
+    problems += [f"file {name}: sha256 does not match the manifest" for name in mismatched]
+    return "; ".join(problems)
+
+
+def preempted_since(root: Path, since_s: float) -> Path | None:
+    """The newest complete checkpoint under `root` if it was written on preemption (SIGTERM)
+    and committed at or after `since_s` (a `time.time()`): what a node that was told to stop
+    reports as "stopped after its checkpoint"."""
+    found = latest(root)
+    if found is None or not found.position.preempted:
+        return None
+    return found.path if (found.path / COMPLETE).stat().st_mtime >= since_s else None
 
 
 def newest_world_size(root: Path) -> int | None:
@@ -135,13 +227,13 @@ def finish_attempt(root: Path) -> None:
         _write_attempt(root, {**attempt, "state": "finished"})
 
 
-def resume_earlier(root: Path, others: Iterable[Path], world_size: int | None) -> Path | None:
+def resume_earlier(root: Path, others: Iterable[Path]) -> Path | None:
     """Copy into `root` the newest complete checkpoint of an unfinished earlier attempt at the
     same training (the same key, see `begin_attempt`) among the roots `others`, and hand that
-    attempt over (it is not resumed twice); `world_size`, when fixed, must be the checkpoint's.
-    Does nothing when `root` has a checkpoint of its own. Returns the copy, if one was made."""
+    attempt over (it is not resumed twice); any world size resumes it. Does nothing when
+    `root` has a checkpoint of its own. Returns the copy, if one was made."""
     attempt = _attempt(root)
-    if attempt is None or any(_intact(path) for path in root.glob(f"{PREFIX}*")):
+    if attempt is None or any(not damage(path) for path in root.glob(f"{PREFIX}*")):
         return None
     found: list[tuple[int, Path, Path]] = []
     for other in others:
@@ -151,10 +243,8 @@ def resume_earlier(root: Path, others: Iterable[Path], world_size: int | None) -
         if earlier["key"] != attempt["key"] or earlier["state"] != "running":
             continue
         for path in sorted(other.glob(f"{PREFIX}*"), reverse=True):
-            if _intact(path):
-                position = Position(**json.loads((path / POSITION).read_text()))
-                if world_size in (None, position.world_size):
-                    found.append((position.step, path, other))
+            if not damage(path):
+                found.append((Position.from_json((path / POSITION).read_text()).step, path, other))
                 break
     if not found:
         return None
@@ -170,6 +260,53 @@ def resume_earlier(root: Path, others: Iterable[Path], world_size: int | None) -
     return root / source.name
 
 
+def _split(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the tensors of a nested dict, its other values), each keeping the nesting."""
+    tensors: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+        elif isinstance(value, dict):
+            inner_tensors, inner_values = _split(value)
+            if inner_tensors:
+                tensors[key] = inner_tensors
+            if inner_values or not inner_tensors:
+                values[key] = inner_values
+        else:
+            values[key] = value
+    return tensors, values
+
+
+def _merge(tensors: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(values)
+    for key, value in tensors.items():
+        if isinstance(value, dict):
+            merged[key] = _merge(value, merged.get(key, {}))
+        else:
+            merged[key] = value
+    return merged
+
+
+@contextmanager
+def _alone_quietly() -> Iterator[None]:
+    """DCP warns at every call in a process without a process group (one rank), which is
+    expected here."""
+    with warnings.catch_warnings():
+        if not dist.is_initialized():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def _attempt(root: Path) -> dict[str, str] | None:
     path = root / ATTEMPT
     return json.loads(path.read_text()) if path.is_file() else None
@@ -182,15 +319,6 @@ def _write_attempt(root: Path, attempt: dict[str, str], file_mode: int | None = 
         file_mode = path.stat().st_mode & 0o777 if path.exists() else FILE_MODE
     with atomic_write(path, "w", file_mode) as file:
         file.write(json.dumps(attempt, sort_keys=True))
-
-
-def _intact(path: Path) -> bool:
-    if not (path / COMPLETE).is_file() or not (path / MANIFEST).is_file():
-        return False
-    manifest = json.loads((path / MANIFEST).read_text())
-    return all(
-        (path / name).is_file() and sha256_file(path / name) == h for name, h in manifest.items()
-    )
 
 
 def _fsync(path: Path) -> None:

@@ -236,27 +236,44 @@ def _indices(column: pd.Series, vocabulary: list[str]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Shards:
-    """Which rows each rank trains on, per epoch: one seeded permutation of all rows, padded
-    to a multiple of the world size and dealt out round-robin (torch's DistributedSampler
-    scheme), so every rank sees as many batches and the assignment is reproducible."""
+    """Which rows each rank trains on, defined over global sample positions so that the world
+    size does not change them: per epoch one seeded permutation of all rows, wrapped around to
+    a whole number of global batches; global batch b is positions [b*G, (b+1)*G) of it (G the
+    global batch size), and rank r of M takes every M-th row of it from the r-th on. One rank
+    of 512 and two of 256 therefore train on the same global batches, and a run resumed with
+    another world size sees exactly the rows an uninterrupted run would have seen next."""
 
     rows: int
-    world_size: int
+    global_batch_size: int
     seed: int
 
-    def indices(self, rank: int, epoch: int) -> torch.Tensor:
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} is not in [0, {self.world_size})")
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.rows // self.global_batch_size)
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """The epoch's global order: `steps_per_epoch` x G row indices."""
         generator = torch.Generator().manual_seed(self.seed + epoch)
         order = torch.randperm(self.rows, generator=generator)
-        per_rank = -(-self.rows // self.world_size)
-        padded = torch.cat([order, order[: per_rank * self.world_size - self.rows]])
-        return padded[rank :: self.world_size]
+        total = self.steps_per_epoch * self.global_batch_size
+        return order.repeat(-(-total // self.rows))[:total]
+
+    def indices(self, rank: int, world_size: int, epoch: int) -> torch.Tensor:
+        """Rank `rank`'s rows of the epoch, batch after batch (G / `world_size` rows each)."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        if self.global_batch_size % world_size:
+            raise ValueError(
+                f"a global batch of {self.global_batch_size} rows does not divide over"
+                f" {world_size} ranks: choose a world size that divides it"
+            )
+        batches = self.order(epoch).view(self.steps_per_epoch, self.global_batch_size)
+        return batches[:, rank::world_size].reshape(-1)
 
     def fingerprint(self, epochs: int) -> str:
-        """sha256 of every rank's rows for `epochs` epochs: the lineage of what each rank saw."""
-        digest = hashlib.sha256(f"{self.rows}/{self.world_size}/{self.seed}".encode())
+        """sha256 of the global order of `epochs` epochs: which rows every optimizer step
+        trained on, whatever the world size (the lineage of what the model saw)."""
+        digest = hashlib.sha256(f"{self.rows}/{self.global_batch_size}/{self.seed}".encode())
         for epoch in range(epochs):
-            for rank in range(self.world_size):
-                digest.update(self.indices(rank, epoch).numpy().tobytes())
+            digest.update(self.order(epoch).numpy().tobytes())
         return digest.hexdigest()

@@ -472,7 +472,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
         torch.use_deterministic_algorithms(True)
         dtype = autocast_dtype(config.precision, ranks.device)
         autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
-        shards = Shards(probe.train_rows, ranks.world_size, config.seed)
+        shards = Shards(probe.train_rows, probe.global_batch_size, config.seed)
         data = _random_rows(probe)
         model = build_model(probe.numeric_width, list(probe.cardinalities), 1, config.model)
         model = model.to(ranks.device)
@@ -488,7 +488,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
         def batches() -> Iterator[tuple[torch.Tensor, ...]]:
             epoch = 0
             while True:
-                rows = shards.indices(ranks.rank, epoch)
+                rows = shards.indices(ranks.rank, ranks.world_size, epoch)
                 yield from epoch_batches(data, rows, batch_size, 0, ranks.device)
                 epoch += 1
 

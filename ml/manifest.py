@@ -39,7 +39,11 @@ class RunManifest:
     """sha256 of the training set's rows (`ml.dataset.fingerprint`)."""
     feature_service: str
     shards_fingerprint: str
-    """sha256 of the rows each rank trained on, epoch by epoch."""
+    """sha256 of the global sample order of the epochs trained (`ml.data.Shards.fingerprint`):
+    which rows every optimizer step trained on, the same at any world size."""
+    segments: list[dict]
+    """How the samples were trained: `{"world_size", "start", "end"}` per attempt, in global
+    sample positions (rows consumed since the training began), contiguous from 0."""
     config: dict
 
     def write(self, folder: Path) -> Path:

@@ -97,8 +97,11 @@ class TabularNet(nn.Module):
         return out.squeeze(1) if self.outputs == 1 else out
 
     def shard_units(self) -> list[nn.Module]:
-        """Its linear layers: the parameters are theirs, bar the small embeddings."""
-        return [layer for layer in self.mlp if isinstance(layer, nn.Linear)]
+        """Its layers as one unit (they hold the parameters, bar the small embeddings, which
+        stay with the root): a unit per layer, or per embedding, costs two gathers and a
+        reduce-scatter per step apiece, which on gloo outweighed the MLP's step itself
+        (docs/benchmarks.md, P13)."""
+        return [self.mlp]
 
 
 class FTTransformer(nn.Module):

@@ -9,8 +9,11 @@ whether the training fits the memory of each rank (`ml.capacity`; the estimate i
 run's folder for rank 0 to report): a difference, a bad flag or a training too large exits at
 once with `EXIT_NOT_RETRYABLE`, as does a job whose
 workers failed with that code. Kubernetes' podFailurePolicy turns that code into "fail the Job
-now" instead of retrying a run that cannot succeed; any other failure exits 1 (retryable:
-a lost node, an eviction, a hung rank).
+now" instead of retrying a run that cannot succeed. A node told to stop (SIGTERM: a preempted
+node, an eviction) forwards it to the workers (torchrun does), gives them the config's
+`preemption_grace_s` to write their checkpoint, and exits with `EXIT_PREEMPTED` once they have:
+the launcher retries from that checkpoint. Any other failure exits 1 (retryable: a lost node,
+a hung rank, a stop before any checkpoint).
 
 With `--standalone` (one machine) nothing listens beyond the loopback: the rendezvous is a file
 and the workers' store and gloo bind 127.0.0.1 (`ml.loopback`).
@@ -25,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ml.config import TrainConfig
-from ml.exits import EXIT_NOT_RETRYABLE, leave
+from ml.exits import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, leave
 
 log = logging.getLogger("ml.node")
 
-__all__ = ["EXIT_NOT_RETRYABLE", "local_command", "main"]
+__all__ = ["EXIT_NOT_RETRYABLE", "EXIT_PREEMPTED", "local_command", "main"]
 
 
 def local_command(processes: int, max_restarts: int = 0) -> list[str]:
@@ -45,16 +48,19 @@ def local_command(processes: int, max_restarts: int = 0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     from ml import compat, preflight  # not ml.train: starting workers needs none of its imports
 
+    started = time.time()
     # A fresh store for every round of workers. torchrun otherwise keeps one TCPStore across
     # restarts, without a per-round key prefix, and a restarted rank can read its peer's
     # gloo address from the round before: "Connection refused", and the restart is lost.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    checkpoints = None
     if args.module and args.training_script == "ml.train":
         try:
             compat.require()  # first: in another environment the config's checks mean little
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as error:
             log.error("not starting: %s", error)
             return EXIT_NOT_RETRYABLE
+        checkpoints = Path(config.output_dir) / "checkpoints"
+        if args.shutdown_timeout is None:  # the workers' time to checkpoint after SIGTERM
+            args.shutdown_timeout = config.preemption_grace_s
     try:
         if args.standalone:
             from ml.loopback import standalone
@@ -73,8 +82,13 @@ def main(argv: list[str] | None = None) -> int:
                 run(args)
         else:
             run(args)
+    except SignalException as stopped:
+        return _stopped(stopped.sigval.name, checkpoints, started)
     except ChildFailedError as failed:
         codes = sorted({failure.exitcode for failure in failed.failures.values()})
+        if codes == [EXIT_PREEMPTED]:  # a worker was told to stop, and they all checkpointed
+            log.warning("training preempted: every worker stopped after its checkpoint")
+            return EXIT_PREEMPTED
         rank, first = min(failed.failures.items(), key=lambda item: item[1].timestamp)
         log.error(
             "training failed: worker exit code(s) %s; first failure, rank %d: %s",
@@ -100,6 +114,21 @@ def check_capacity(args: Any, config: TrainConfig) -> None:
     found = capacity.check(config, world_size=fewest_nodes * local_ranks, local_ranks=local_ranks)
     capacity.write(found, Path(config.output_dir))
     log.info("%s (estimated in %.1f s)", found.describe(), time.perf_counter() - began)
+
+
+def _stopped(signal_name: str, checkpoints: Path | None, started: float) -> int:
+    """The exit code of a node stopped by a signal, its workers stopped too (torchrun forwarded
+    it and waited for them): `EXIT_PREEMPTED` if they committed a checkpoint on the way out."""
+    from ml.checkpoint import preempted_since
+
+    written = preempted_since(checkpoints, started) if checkpoints is not None else None
+    if written is None:
+        log.error("training stopped by %s before it wrote a checkpoint", signal_name)
+        return 1
+    log.warning(
+        "training stopped by %s after its checkpoint %s: retry from it", signal_name, written
+    )
+    return EXIT_PREEMPTED
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@ regression (`data.task`, `ml.task`).
     torchrun --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train ...   # same flags
 
 Every rank reads the training set, fits the same preprocessing on the train split (a regression
-label is standardized with it), and trains on its own shard (DDP: gloo on CPU, NCCL on CUDA).
-Rank 0 writes checkpoints every `checkpoint_every_steps` and at the end of each epoch, and the
-best weights (lowest validation loss) at the end; a restarted run resumes from the newest
-complete checkpoint and continues exactly where it stopped. Under Dagster Pipes, rank 0 reports
+label is standardized with it), and trains on its share of each global batch (`ml.data.Shards`)
+with the config's strategy (`ml.sharding`: ddp or fsdp; gloo on CPU, NCCL on CUDA). All ranks
+write sharded checkpoints every `checkpoint_every_steps`, at the end of each epoch and on
+SIGTERM (`ml.preemption`: then the process exits `EXIT_PREEMPTED`); rank 0 writes the best
+weights (lowest validation loss), gathered, at the end. A restarted run resumes from the newest
+complete checkpoint, at any world size that divides the global batch, and continues exactly
+where it stopped. Under Dagster Pipes, rank 0 reports
 each epoch as it ends (the launching step logs it to MLflow then) and the result.
 """
 
@@ -34,17 +37,17 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy, mse_loss
-from torch.nn.parallel import DistributedDataParallel
 
-from ml import checkpoint, holds, memory, telemetry
+from ml import checkpoint, holds, memory, sharding, telemetry
 from ml.config import TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
-from ml.exits import EXIT_NOT_RETRYABLE, leave
+from ml.exits import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import Metrics, binary_metrics, multiclass_metrics, regression_metrics
 from ml.model import build_model
+from ml.preemption import Preempted, Preemption
 from ml.preflight import check, config_of
 from ml.task import BINARY, MULTICLASS, REGRESSION, task_named
 
@@ -148,7 +151,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else None
 
 
-def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
+def train(
+    config: TrainConfig, ranks: Ranks, report=None, preemption: Preemption | None = None
+) -> TrainResult:
+    """Train to the end (or to early stopping) from the newest complete checkpoint, if any;
+    raises `Preempted` once the checkpoint is written when `preemption` says to stop."""
+    preemption = preemption or Preemption()
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
@@ -163,87 +171,116 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
     train_set = preprocessor.transform(parts["train"], label)
     validation_set = preprocessor.transform(parts["validation"], label)
     model = network(preprocessor, config).to(ranks.device)
+    wrapped = sharding.parallelize(model, config.strategy, ranks.world_size)
     optim = config.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
-    shards = Shards(len(train_set), ranks.world_size, config.seed)
-    steps_per_epoch = math.ceil(len(shards.indices(0, 0)) / optim.batch_size)
-    scheduler = warmup_cosine(optimizer, steps_per_epoch * optim.max_epochs, optim.warmup_fraction)
 
     root = Path(config.output_dir) / "checkpoints"
-    position = checkpoint.Position(0, 0, 0, ranks.world_size, math.inf, 0)
-    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    resumed = checkpoint.latest(root)
+    # The global batch is the training's unit of progress: kept from the first attempt, so that
+    # any world size that divides it continues with the same batches (`ml.data.Shards`).
+    global_batch = (
+        resumed.position.global_batch_size if resumed else optim.batch_size * ranks.world_size
+    )
+    shards = Shards(len(train_set), global_batch, config.seed)
+    batch_size = global_batch // ranks.world_size
+    scheduler = warmup_cosine(
+        optimizer, shards.steps_per_epoch * optim.max_epochs, optim.warmup_fraction
+    )
+    position = checkpoint.Position(0, 0, 0, global_batch, ranks.world_size, math.inf, 0)
+    best_weights = sharding.weights(model)
     history: dict[str, list[float]] = {"train_loss": [], "validation_loss": []}
-    resumed = checkpoint.latest(root, ranks.world_size)
-    if resumed is not None:  # before wrapping in DDP: every rank loads the same state
-        model.load_state_dict(resumed.weights)
-        optimizer.load_state_dict(resumed.state["optimizer"])
-        scheduler.load_state_dict(resumed.state["scheduler"])
-        torch.set_rng_state(resumed.state["rng"])
-        if "cuda_rng" in resumed.state:
-            torch.cuda.set_rng_state_all(resumed.state["cuda_rng"])
-        best_weights = resumed.state["best_weights"]
-        history = json.loads(resumed.state["history"])
+    if resumed is not None:
+        state = checkpoint.load(
+            resumed, checkpoint_state(model, optimizer, scheduler, best_weights, history)
+        )
+        best_weights, history = restore(state, model, optimizer, scheduler, ranks.device)
         position = resumed.position
-        log.info("rank %d resumes from %s", ranks.rank, resumed.path)
-    ddp = data_parallel(model, ranks)
+        log.info(
+            "rank %d resumes from %s (written by %d rank(s); %d now, %d rows per rank)",
+            ranks.rank,
+            resumed.path,
+            position.world_size,
+            ranks.world_size,
+            batch_size,
+        )
+    done = list(position.segments)  # what earlier attempts trained
 
-    def save(next_position: checkpoint.Position) -> None:
+    def save(step: int, epoch: int, samples: int, preempted: bool = False) -> Path:
+        segment = checkpoint.Segment(ranks.world_size, position.samples, step * global_batch)
+        at = checkpoint.Position(
+            step, epoch, samples, global_batch, ranks.world_size, best, stale,
+            (*done, segment), preempted,
+        )  # fmt: skip
+        state = checkpoint_state(model, optimizer, scheduler, best_weights, history)
+        path = checkpoint.save(root, at, state)
         if ranks.is_main:
-            state = checkpoint_state(optimizer, scheduler, best_weights, history, ranks.device)
-            checkpoint.save(root, next_position, model.state_dict(), state)
-            holds.hold(HOLD_AFTER_CHECKPOINT)
+            with preemption.stops_at_once():
+                holds.hold(HOLD_AFTER_CHECKPOINT)
         if ranks.world_size > 1:
             dist.barrier()
+        return path
 
     step, epoch = position.step, position.epoch
     best, stale = position.best_validation_loss, position.epochs_without_improvement
     trained_rows, training_s = 0, 0.0
     meter, measured = telemetry.EpochMeter(ranks.rank, ranks.device), list[telemetry.JobEpoch]()
     while epoch < optim.max_epochs and stale < optim.patience_epochs:
-        ddp.train()
-        rows = shards.indices(ranks.rank, epoch)
-        first = position.batch_in_epoch if epoch == position.epoch else 0
+        wrapped.train()
+        rows = shards.indices(ranks.rank, ranks.world_size, epoch)
+        first = position.samples_in_epoch // global_batch if epoch == position.epoch else 0
         losses = []
         began = time.perf_counter()
-        batches = epoch_batches(train_set, rows, optim.batch_size, first, ranks.device)
+        batches = epoch_batches(train_set, rows, batch_size, first, ranks.device)
         for batch, inputs in enumerate(meter.timed(batches), start=first):
-            loss = train_step(ddp, optimizer, scheduler, autocast, *inputs, loss_of=loss_of)
+            loss = train_step(wrapped, optimizer, scheduler, autocast, *inputs, loss_of=loss_of)
             meter.step(len(inputs[0]))
             step += 1
             losses.append(loss.item())
-            trained_rows += len(inputs[0]) * ranks.world_size
-            if step % config.checkpoint_every_steps == 0 and batch + 1 < steps_per_epoch:
-                save(checkpoint.Position(step, epoch, batch + 1, ranks.world_size, best, stale))
+            trained_rows += global_batch
+            if preemption.agreed(ranks.world_size, ranks.device):
+                stop(
+                    save(step, epoch, (batch + 1) * global_batch, preempted=True),
+                    preemption,
+                    config,
+                )
+            if step % config.checkpoint_every_steps == 0 and batch + 1 < shards.steps_per_epoch:
+                save(step, epoch, (batch + 1) * global_batch)
         training_s += time.perf_counter() - began
         measured.append(telemetry.gather(meter.close(epoch + 1)))  # a collective: every rank
         validation_loss = float(
             loss_of(
-                predict(model, validation_set, autocast), validation_set.label.to(ranks.device)
+                predict(wrapped, validation_set, autocast), validation_set.label.to(ranks.device)
             ).item()
         )
         history["train_loss"].append(sum(losses) / max(len(losses), 1))
         history["validation_loss"].append(validation_loss)
         if validation_loss < best:
             best, stale = validation_loss, 0
-            best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best_weights = sharding.weights(model)
         else:
             stale += 1
         epoch += 1
         if ranks.is_main and report is not None:
             report(epoch, history["train_loss"][-1], validation_loss, measured[-1])
-        save(checkpoint.Position(step, epoch, 0, ranks.world_size, best, stale))
+        save(step, epoch, 0)
 
-    model.load_state_dict(best_weights)
+    sharding.load_weights(model, best_weights)
     validation = validation_metrics(
-        preprocessor, predict(model, validation_set, autocast), parts["validation"][label]
+        preprocessor, predict(wrapped, validation_set, autocast), parts["validation"][label]
     )
+    final_weights = sharding.full_weights(model, ranks.world_size)  # every rank takes part
     weights = Path(config.output_dir) / WEIGHTS
     weights_sha256 = ""  # rank 0 writes the file and reports the result
     if ranks.is_main:
-        data = safetensors_bytes(best_weights)
+        data = safetensors_bytes(final_weights)
         weights.write_bytes(data)  # with open(): the umask decides the mode, unlike save_file
         weights_sha256 = hashlib.sha256(data).hexdigest()
         (Path(config.output_dir) / PREPROCESSOR).write_text(preprocessor.to_json())
+        segments = [
+            *done,
+            checkpoint.Segment(ranks.world_size, position.samples, step * global_batch),
+        ]
         RunManifest(
             seed=config.seed,
             **environment(REPO),
@@ -251,6 +288,7 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
             data_fingerprint=fingerprint(frame),
             feature_service=config.data.feature_service,
             shards_fingerprint=shards.fingerprint(epoch),
+            segments=[asdict(s) for s in segments if s.end > s.start],
             config=config.to_dict(),
         ).write(Path(config.output_dir))
     losses = history["validation_loss"]
@@ -277,6 +315,23 @@ def train(config: TrainConfig, ranks: Ranks, report=None) -> TrainResult:
         (Path(config.output_dir) / RESULT).write_text(json.dumps(asdict(result), indent=2))
         checkpoint.finish_attempt(root)
     return result
+
+
+def stop(path: Path, preemption: Preemption, config: TrainConfig) -> None:
+    """After the checkpoint a preemption asked for: say how long it took against the grace
+    period, and end the training (`Preempted`)."""
+    assert preemption.signalled_at is not None
+    took_s = time.monotonic() - preemption.signalled_at
+    within = took_s <= config.preemption_grace_s
+    (log.info if within else log.error)(
+        "preempted (SIGTERM): checkpoint %s committed %.2f s after the signal, %s the grace"
+        " period of %d s",
+        path,
+        took_s,
+        "within" if within else "PAST",
+        config.preemption_grace_s,
+    )
+    raise Preempted(str(path))
 
 
 @dataclass(frozen=True)
@@ -380,29 +435,52 @@ def validation_metrics(
 
 
 def checkpoint_state(
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     best_weights: dict[str, torch.Tensor],
     history: dict[str, list[float]],
-    device: torch.device,
 ) -> dict[str, Any]:
-    """A checkpoint's state besides the weights: optimizer, scheduler and RNG states, the best
-    weights so far and the loss history."""
+    """What a checkpoint holds besides the position: model and optimizer (this rank's shards
+    under fsdp), scheduler and RNG states, the best weights so far and the loss history.
+    Every rank draws the same random numbers (one seed), so one copy of the RNG states serves
+    any world size."""
+    device = next(model.parameters()).device
+    rng = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(device)
     return {
-        "optimizer": optimizer.state_dict(),
+        **sharding.training_state(model, optimizer),
         "scheduler": scheduler.state_dict(),
-        "rng": torch.get_rng_state(),
-        **({"cuda_rng": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+        "rng": rng,
         "best_weights": best_weights,
-        "history": json.dumps(history),
+        "history": history,
     }
+
+
+def restore(
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    device: torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, list[float]]]:
+    """Set everything `checkpoint_state` saved; (the best weights, the history)."""
+    sharding.load_training_state(model, optimizer, state)
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+    return state["best_weights"], state["history"]
 
 
 def predict(model: nn.Module, data: Tensors, autocast: torch.autocast) -> torch.Tensor:
     """fp32 logits of the whole split (every rank computes the same numbers)."""
     device = next(model.parameters()).device
     model.eval()
-    with torch.inference_mode(), autocast:
+    # no_grad, not inference_mode: fsdp's gathered parameters outlive the call, and an
+    # inference tensor cannot take part in the next training step's autograd.
+    with torch.no_grad(), autocast:
         return model(data.numeric.to(device), data.categorical.to(device)).float()
 
 
@@ -446,8 +524,8 @@ def epoch_batches(
 
 def data_parallel(model: nn.Module, ranks: Ranks) -> nn.Module:
     """`model` wrapped for data parallelism when there are several ranks: gradients all-reduced
-    in the backward pass."""
-    return DistributedDataParallel(model) if ranks.world_size > 1 else model
+    in the backward pass (`ml.sharding`'s ddp)."""
+    return sharding.parallelize(model, sharding.DDP, ranks.world_size)
 
 
 def train_step(
@@ -510,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:  # OSError: also an unreadable Parquet file
         log.error("%s", error)
         return EXIT_NOT_RETRYABLE
+    preemption = Preemption()
+    preemption.install()
     with process_group(config.process_group_timeout_s) as ranks, _pipes(ranks) as pipes:
 
         def report(
@@ -542,7 +622,10 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
 
-        result = train(config, ranks, report)
+        try:
+            result = train(config, ranks, report, preemption)
+        except Preempted:
+            return EXIT_PREEMPTED
         if pipes is not None:
             pipes.report_asset_materialization(metadata=_metadata(result, config.output_dir))
     return 0

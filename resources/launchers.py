@@ -20,7 +20,7 @@ from pydantic import Field
 
 from ml.config import TrainConfig, to_args
 from ml.files import FILE_MODE, umask_for
-from ml.node import EXIT_NOT_RETRYABLE, local_command
+from ml.node import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, local_command
 from resources.capacity import check_here
 from resources.lake import FileMode
 
@@ -34,6 +34,10 @@ FORWARD_EVERY_S = 0.5
 STOP_GRACE_S = 8.0
 """How long a stopped or cancelled step waits for the node's processes to end on SIGTERM
 before it kills them (`make run` promises a stop within 15 s)."""
+PREEMPTED_RETRIES = 5
+"""How many times in all a step is retried after its training was preempted (SIGTERM, then a
+checkpoint: `ml.exits.EXIT_PREEMPTED`). Each retry resumes from the checkpoint the stopped one
+wrote, so a preemption costs a restart, not the work done."""
 
 
 class TrainingLauncher(dg.ConfigurableResource, ABC):
@@ -61,7 +65,9 @@ class TrainingLauncher(dg.ConfigurableResource, ABC):
 
 class LocalTorchrun(TrainingLauncher):
     """torchrun on this machine: `processes` CPU (or GPU) workers, restarted up to
-    `max_restarts` times after a failure; they resume from the last complete checkpoint.
+    `max_restarts` times after a failure; they resume from the last complete checkpoint. A
+    training preempted (SIGTERM to the node: it checkpoints and exits `EXIT_PREEMPTED`) is
+    retried as a step retry, which resumes from that checkpoint (`PREEMPTED_RETRIES`).
 
     Left unset, processes x threads is chosen by measurement (`ml.layout`): every layout of the
     machine's cores is probed for a few seconds with the same global batch, the fastest wins,
@@ -93,7 +99,7 @@ class LocalTorchrun(TrainingLauncher):
         root = Path(config.output_dir) / "checkpoints"
         checkpoint.begin_attempt(root, key, self.file_mode)
         earlier = Path(self.output_root).glob("*/checkpoints")
-        return checkpoint.resume_earlier(root, earlier, self.processes)
+        return checkpoint.resume_earlier(root, earlier)
 
     def layout(
         self, context: dg.AssetExecutionContext, config: TrainConfig
@@ -153,6 +159,12 @@ class LocalTorchrun(TrainingLauncher):
             code, last_error = _run(
                 command, {**env, **session.get_bootstrap_env_vars()}, umask_for(self.file_mode)
             )
+            if code == EXIT_PREEMPTED:
+                context.log.warning(
+                    "training was preempted and wrote its checkpoint: retried from it"
+                    f" ({last_error})"
+                )
+                raise dg.RetryRequested(max_retries=PREEMPTED_RETRIES, seconds_to_wait=1)
             if code == EXIT_NOT_RETRYABLE:
                 raise dg.Failure(
                     description=f"training refused its config or input, not retried: {last_error}",

@@ -100,21 +100,30 @@ def test_a_missing_feature_column_is_refused_by_name():
         )
 
 
-def test_shards_cover_every_row_each_epoch_equally_and_reproducibly():
-    shards = Shards(rows=10, world_size=3, seed=7)
-    epoch0 = [shards.indices(rank, 0) for rank in range(3)]
-    assert {len(s) for s in epoch0} == {4}  # 10 rows padded to 12
+def test_shards_cover_every_row_each_epoch_in_global_batches_reproducibly():
+    shards = Shards(rows=10, global_batch_size=6, seed=7)
+    epoch0 = [shards.indices(rank, 3, 0) for rank in range(3)]
+    assert {len(s) for s in epoch0} == {4}  # 10 rows wrapped to 2 global batches of 6
     assert set(torch.cat(epoch0).tolist()) == set(range(10))
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(epoch0, [shards.indices(r, 0) for r in range(3)], strict=True)
-    )
-    assert not torch.equal(shards.indices(0, 0), shards.indices(0, 1))
+    assert not torch.equal(shards.indices(0, 3, 0), shards.indices(0, 3, 1))
     assert (
-        shards.fingerprint(2) == Shards(10, 3, 7).fingerprint(2) != Shards(10, 3, 8).fingerprint(2)
+        shards.fingerprint(2) == Shards(10, 6, 7).fingerprint(2) != Shards(10, 6, 8).fingerprint(2)
     )
     with pytest.raises(ValueError, match="rank 3"):
-        shards.indices(3, 0)
+        shards.indices(3, 3, 0)
+    with pytest.raises(ValueError, match="6 rows does not divide over 4 ranks"):
+        shards.indices(0, 4, 0)
+
+
+def test_every_world_size_trains_the_same_global_batches():
+    shards = Shards(rows=50, global_batch_size=12, seed=1)
+    for world_size in (1, 2, 3, 4, 6):
+        per_rank = [
+            shards.indices(r, world_size, 2).view(-1, 12 // world_size) for r in range(world_size)
+        ]
+        for step, batch in enumerate(shards.order(2).view(-1, 12)):
+            rows = torch.cat([rank[step] for rank in per_rank])
+            assert sorted(rows.tolist()) == sorted(batch.tolist()), (world_size, step)
 
 
 def test_the_model_gives_one_logit_per_row_and_the_same_seed_the_same_weights():
@@ -138,7 +147,7 @@ def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
 
     numeric = torch.arange(30.0).reshape(15, 2)
     data = Tensors(numeric, torch.arange(15).reshape(15, 1), torch.arange(15.0))
-    rows = Shards(15, 1, 3).indices(0, 0)
+    rows = torch.randperm(15, generator=torch.Generator().manual_seed(3))
     for first in (0, 2):
         batches = list(epoch_batches(data, rows, 4, first, torch.device("cpu")))
         assert len(batches) == 4 - first  # ceil(15 / 4) batches, the last of 3 rows
