@@ -3,7 +3,8 @@
 - `ddp`: a replica on every rank, gradients all-reduced in the backward pass (DDP).
 - `fsdp`: parameters, gradients and optimizer state sharded over the ranks (FSDP2,
   `torch.distributed.fsdp.fully_shard`): each block of the network is its own unit (its
-  parameters are gathered just before it runs and freed after, `blocks`), then the root.
+  parameters are gathered just before it runs and freed after, `ml.model.shard_units`), then
+  the root.
 
 One rank alone runs the plain model either way. The state functions use
 `torch.distributed.checkpoint.state_dict`, which gives the same keys for every strategy (a
