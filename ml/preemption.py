@@ -4,6 +4,11 @@ gets, some seconds (`TrainConfig.preemption_grace_s`) before SIGKILL.
 The handler only notes the time. Between steps the ranks agree (an all-reduce of the flag: any
 rank told to stop stops them all, at the same step), the group writes a checkpoint, and each
 worker exits with `ml.exits.EXIT_PREEMPTED`.
+
+The ranks do not vote after every step: on gloo a vote costs about as much as a third of a
+small model's step (1.5 ms against 4.4 ms, the MLP on 2 processes). They vote about every
+`VOTE_EVERY_S` seconds of training instead: each vote carries the slowest rank's time per step
+since the previous one, from which every rank computes the same step for the next vote.
 """
 
 import signal
@@ -15,6 +20,11 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
+VOTE_EVERY_S = 0.5
+"""About how many seconds of training pass between two votes: the most a stop waits for one,
+small beside any grace period, and a vote's cost spread over many steps."""
+MAX_STEPS_BETWEEN_VOTES = 1000
+
 
 class Preemption:
     """SIGTERM noted in this process, and agreed on by the job's ranks."""
@@ -22,6 +32,10 @@ class Preemption:
     def __init__(self) -> None:
         self.signalled_at: float | None = None
         """`time.monotonic()` when this process got SIGTERM; None until it does."""
+        self._steps = 0
+        self._next_vote = 1
+        self._last_vote: tuple[int, float] | None = None
+        """The step and `time.perf_counter()` of this rank's previous vote."""
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._note)
@@ -35,11 +49,22 @@ class Preemption:
         flag = self.signalled_at is not None
         if world_size == 1:
             return flag
-        votes = torch.tensor([int(flag)], device=device)
+        self._steps += 1
+        if self._steps < self._next_vote:
+            return False
+        now = time.perf_counter()
+        step_s = 0.0
+        if self._last_vote is not None:
+            last_step, last_time = self._last_vote
+            step_s = (now - last_time) / (self._steps - last_step)
+        votes = torch.tensor([float(flag), step_s], dtype=torch.float64, device=device)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX)
-        if votes.item() and self.signalled_at is None:  # a peer was told: count from now
+        stop, slowest_step_s = bool(votes[0].item()), float(votes[1].item())
+        if stop and self.signalled_at is None:  # a peer was told: count from now
             self.signalled_at = time.monotonic()
-        return bool(votes.item())
+        self._last_vote = (self._steps, time.perf_counter())
+        self._next_vote = self._steps + steps_between_votes(slowest_step_s)
+        return stop
 
     @contextmanager
     def stops_at_once(self) -> Iterator[None]:
@@ -50,6 +75,14 @@ class Preemption:
             yield
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+def steps_between_votes(step_s: float) -> int:
+    """The steps until the next vote, for steps of `step_s` seconds (the same on every rank:
+    the slowest rank's, as voted); every step until a step's time is known."""
+    if step_s <= 0:
+        return 1
+    return max(1, min(MAX_STEPS_BETWEEN_VOTES, int(VOTE_EVERY_S / step_s)))
 
 
 class Preempted(Exception):

@@ -155,3 +155,12 @@ def test_an_epochs_batches_are_its_rows_in_order_from_any_batch_on():
             index = rows[batch * 4 : (batch + 1) * 4]
             assert torch.equal(n, numeric[index]) and n.is_contiguous()
             assert torch.equal(c, data.categorical[index]) and torch.equal(y, data.label[index])
+
+
+def test_ranks_vote_on_a_stop_about_every_half_second_of_steps_whatever_a_step_takes():
+    from ml.preemption import MAX_STEPS_BETWEEN_VOTES, VOTE_EVERY_S, steps_between_votes
+
+    assert steps_between_votes(0.0) == 1  # no step timed yet: vote at the next one
+    assert steps_between_votes(0.004) == int(VOTE_EVERY_S / 0.004)  # a small MLP's step
+    assert steps_between_votes(2.0) == 1  # a step longer than the interval: every step
+    assert steps_between_votes(1e-7) == MAX_STEPS_BETWEEN_VOTES

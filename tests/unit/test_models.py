@@ -68,7 +68,7 @@ def test_the_transformer_grows_to_hundreds_of_millions_of_parameters_nearly_all_
 
 def test_shard_units_are_blocks_layers_or_what_a_network_names():
     mlp = build_model(4, [3], 1, ModelConfig(hidden_sizes=(8, 4)))
-    assert shard_units(mlp) == [mlp.mlp]
+    assert shard_units(mlp) == []  # the root alone
     ft = build_model(4, [3], 1, transformer(num_blocks=2))
     assert shard_units(ft) == list(ft.blocks)  # type: ignore[arg-type]
     blocks = team_networks.Blocks(4, [], 1)
