@@ -16,8 +16,9 @@ that could not be computed can never let a model through.
 import datetime as dt
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from declare.gate import (
     HIGHER_IS_BETTER,
@@ -272,10 +273,22 @@ def no_regression(
             f"{_num(theirs.positive_rate)}"
         )
         return RuleResult("no_regression", False, line, [line])
+    return _against_champion(ours, theirs, policy.compared_metrics, HIGHER_IS_BETTER, policy)
+
+
+def _against_champion(
+    ours: Any,
+    theirs: Any,
+    names: Sequence[str],
+    higher_is_better: Mapping[str, bool],
+    policy: Any,
+) -> RuleResult:
+    """`no_regression` of a classifier's metrics `names` (binary or multiclass): each no worse
+    than the champion's within `policy.tolerance(name)`; a champion's NaN cannot be compared."""
     failures = []
-    for name in policy.compared_metrics:
+    for name in names:
         mine, best = getattr(ours, name), getattr(theirs, name)
-        higher, tolerance = HIGHER_IS_BETTER[name], policy.tolerance(name)
+        higher, tolerance = higher_is_better[name], policy.tolerance(name)
         if not math.isfinite(best):
             failures.append(f"{name}: the champion's is {_num(best)}, cannot compare")
         elif not _no_worse(mine, best, higher, tolerance):
@@ -284,8 +297,7 @@ def no_regression(
         summary = f"worse than champion: {'; '.join(failures)}"
     else:
         summary = "no worse than champion within tolerance: " + ", ".join(
-            f"{name} {_num(getattr(theirs, name))} → {_num(getattr(ours, name))}"
-            for name in policy.compared_metrics
+            f"{name} {_num(getattr(theirs, name))} → {_num(getattr(ours, name))}" for name in names
         )
     return RuleResult("no_regression", not failures, summary, failures)
 
@@ -504,22 +516,9 @@ def multiclass_no_regression(
             f" vs the champion's {theirs.rows:,} of {_supports(theirs)}"
         )
         return RuleResult("no_regression", False, line, [line])
-    failures = []
-    for name in policy.compared_metrics:
-        mine, best = getattr(ours, name), getattr(theirs, name)
-        higher, tolerance = MULTICLASS_HIGHER_IS_BETTER[name], policy.tolerance(name)
-        if not math.isfinite(best):
-            failures.append(f"{name}: the champion's is {_num(best)}, cannot compare")
-        elif not _no_worse(mine, best, higher, tolerance):
-            failures.append(f"{name} {_change(best, mine, higher, tolerance)}")
-    if failures:
-        summary = f"worse than champion: {'; '.join(failures)}"
-    else:
-        summary = "no worse than champion within tolerance: " + ", ".join(
-            f"{name} {_num(getattr(theirs, name))} → {_num(getattr(ours, name))}"
-            for name in policy.compared_metrics
-        )
-    return RuleResult("no_regression", not failures, summary, failures)
+    return _against_champion(
+        ours, theirs, policy.compared_metrics, MULTICLASS_HIGHER_IS_BETTER, policy
+    )
 
 
 def multiclass_no_slice_regression(

@@ -55,9 +55,10 @@ the same float operations vectorized at another width may round differently. Rec
 2026-12-04 on an AVX512 machine, and with `ATEN_CPU_CAPABILITY=avx2` on it (the same hash), when
 the data order came to be defined over global sample positions (issue 36): an epoch's
 permutation is now wrapped around to whole global batches, where it used to be padded only to a
-multiple of the world size, so an epoch's last batch is full and the steps after it differ. A Xeon with AMX gave other weights from
-the same training set before that change (f85b0fe3…, recorded on 2026-12-03); nothing has been
-recorded there since, so on such a machine the weights are not compared (`AMX`)."""
+multiple of the world size, so an epoch's last batch is full and the steps after it differ. A
+Xeon with AMX gave other weights from the same training set before that change (f85b0fe3…,
+recorded on 2026-12-03); nothing has been recorded there since, so on such a machine the weights
+are not compared (`AMX`)."""
 AMX = "amx_tile"
 """The /proc/cpuinfo flag of a CPU with AMX tiles, for which no weights are recorded."""
 
