@@ -26,8 +26,8 @@ validation excluded).
 
 `checkpoints` is P8, one process, one thread, batch 512: blocks of `--every` steps of
 `ml.train`'s loop, half of them followed by a checkpoint written as `ml.train` writes it
-(`ml.train.checkpoint_state`, `ml.checkpoint.save`: DCP shards into a temp folder, fsync,
-manifest, marker, rename), on the disk of the data set.
+(`ml.train.checkpoint_state`, `ml.checkpoint.save`: DCP shards as safetensors into a temp
+folder, fsync, manifest, marker, rename), on the disk of the data set.
 
 Each prints one JSON line.
 """
@@ -150,6 +150,7 @@ class Trainer:
         from ml.config import TrainConfig
         from ml.data import Preprocessor, Shards
         from ml.model import TabularNet
+        from ml.train import adamw
 
         torch.set_num_threads(threads)
         config = TrainConfig()
@@ -162,9 +163,7 @@ class Trainer:
         self.model = TabularNet(
             preprocessor.numeric_width, preprocessor.cardinalities, config.model
         )
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adamw(self.model, config.optim)
         self.warmup_fraction = config.optim.warmup_fraction
         self.autocast = torch.autocast("cpu", enabled=False)
         self.shards = Shards(len(self.tensors), batch_size, config.seed)

@@ -26,7 +26,6 @@ plus the largest of what exists only for a moment:
   back through it while it is still held); on a CPU where the probe ran, measured instead: how
   far a step's peak went above what it left resident (the allocator keeps most of a step's
   pages, counted as retained);
-- AdamW's temporaries in `step()`;
 - the weights serialized while rank 0 writes a checkpoint or the final file.
 
 On a GPU only what lives on the device counts (no runtime, no frame, no serialization): the
@@ -169,8 +168,6 @@ class CapacityEstimate:
     (`StepProbe.retained_bytes`); 0 where not measured."""
     activations_bytes: int
     """Passing: what autograd saves in a step's forward pass, until its backward pass."""
-    optimizer_step_bytes: int
-    """Passing: AdamW's temporaries in `step()`."""
     serialization_bytes: int
     """Passing: the weights serialized while a checkpoint or the final file is written."""
     target_bytes: int
@@ -179,7 +176,7 @@ class CapacityEstimate:
     seconds_per_epoch: float | None = None
     """From the time probe; None where it did not run."""
 
-    PASSING = ("activations", "optimizer_step", "serialization")
+    PASSING = ("activations", "serialization")
 
     @property
     def components(self) -> dict[str, int]:
@@ -261,7 +258,6 @@ class ModelMemory:
     gathered: int
     buckets: int
     best_weights: int
-    optimizer_step: int
     serialization: int
     unsharded_parameters: int
 
@@ -270,23 +266,17 @@ def model_memory(model: "nn.Module", strategy: str, world_size: int, device: str
     """Parameters, gradients, AdamW state and what each strategy adds, of `model` (built on any
     device: only shapes and dtypes are read), on `device` (cpu or cuda)."""
     whole = _bytes(model.parameters())
-    sizes = [p.numel() * p.element_size() for p in model.parameters()]
-    if strategy == "fsdp":
-        # Each parameter is split into world_size equal shards, the last padded.
-        sizes = [math.ceil(p.numel() / world_size) * p.element_size() for p in model.parameters()]
-    mine = sum(sizes)
+    shards = world_size if strategy == "fsdp" else 1  # equal shards, the last padded
+    mine = sum(math.ceil(p.numel() / shards) * p.element_size() for p in model.parameters())
     gathered = buckets = 0
     if strategy == "fsdp" and world_size > 1:
         gathered = 2 * largest_unit_bytes(model)  # its parameters and unsharded gradients
     if strategy == "ddp" and world_size > 1:
         buckets = whole
-    if device == "cuda":
-        step = mine  # foreach AdamW: a temporary per parameter, all at once
-        serialization = 0  # the weights are written from the CPU
-    else:
-        step = 2 * max(sizes, default=0)  # one parameter at a time, two temporaries
-        # Rank 0: a bytes copy per tensor, then the file's bytes; fsdp gathers the weights first.
-        serialization = (3 if strategy == "fsdp" else 2) * whole
+    # AdamW's step adds nothing: the fused kernel (`ml.train.adamw`) updates in place.
+    # Rank 0 writes from the CPU: a bytes copy per tensor, then the file's bytes; fsdp gathers
+    # the weights first.
+    serialization = 0 if device == "cuda" else (3 if strategy == "fsdp" else 2) * whole
     return ModelMemory(
         parameters=mine,
         gradients=mine,
@@ -294,7 +284,6 @@ def model_memory(model: "nn.Module", strategy: str, world_size: int, device: str
         gathered=gathered,
         buckets=buckets,
         best_weights=mine,
-        optimizer_step=step,
         serialization=serialization,
         unsharded_parameters=whole,
     )
@@ -423,13 +412,13 @@ def runtime_probe() -> int:
 
     import torch
 
-    from ml.config import ModelConfig
+    from ml.config import ModelConfig, OptimConfig
     from ml.model import build_model
-    from ml.train import train_step, warmup_cosine
+    from ml.train import adamw, train_step, warmup_cosine
 
     importlib.import_module("pyarrow.parquet")  # the Parquet reader's libraries
     model = build_model(2, [3], 1, ModelConfig(hidden_sizes=(2,)))
-    optimizer = torch.optim.AdamW(model.parameters())
+    optimizer = adamw(model, OptimConfig())
     scheduler = warmup_cosine(optimizer, 1, 0.0)
     autocast = torch.autocast("cpu", enabled=False)
     numeric, categorical = torch.zeros(4, 2), torch.zeros(4, 1, dtype=torch.long)
@@ -460,14 +449,14 @@ def probe_steps(model: "nn.Module", shapes: Shapes, config: TrainConfig) -> Step
 
     import torch
 
-    from ml.train import LOSSES, train_step, warmup_cosine
+    from ml.train import LOSSES, adamw, train_step, warmup_cosine
 
     optim = config.optim
     memory.reset_resident_peak()
     before = resident_bytes()  # the model is built: its parameters are in
     numeric, categorical = random_inputs(shapes, optim.batch_size, "cpu", config.seed)
     label = torch.zeros(optim.batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+    optimizer = adamw(model, optim)
     scheduler = warmup_cosine(optimizer, WARMUP_STEPS + TIMED_STEPS, optim.warmup_fraction)
     autocast = torch.autocast("cpu", enabled=False)
     loss_of = LOSSES[config.data.task]
@@ -540,7 +529,6 @@ def estimate(
         runtime_bytes=runtime,
         retained_bytes=0,
         activations_bytes=activation_bytes(model, shapes, config, device),
-        optimizer_step_bytes=memory.optimizer_step,
         serialization_bytes=memory.serialization,
         target_bytes=target_bytes,
         target=target,

@@ -455,6 +455,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
 
     from ml.model import build_model
     from ml.train import (
+        adamw,
         autocast_dtype,
         data_parallel,
         epoch_batches,
@@ -476,9 +477,7 @@ def _run_probe(spec: dict, folder: Path) -> None:
         data = _random_rows(probe)
         model = build_model(probe.numeric_width, list(probe.cardinalities), 1, config.model)
         model = model.to(ranks.device)
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        optimizer = adamw(model, config.optim)
         total = probe.warmup_steps + (probe.turns + 2) * probe.steps_per_turn
         scheduler = warmup_cosine(optimizer, total, config.optim.warmup_fraction)
         ddp = data_parallel(model, ranks)

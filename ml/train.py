@@ -39,7 +39,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, recor
 from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy, mse_loss
 
 from ml import checkpoint, holds, memory, sharding, telemetry
-from ml.config import TrainConfig
+from ml.config import OptimConfig, TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
 from ml.dataset import fingerprint
 from ml.exits import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, leave
@@ -173,7 +173,7 @@ def train(
     model = network(preprocessor, config).to(ranks.device)
     wrapped = sharding.parallelize(model, config.strategy, ranks.world_size)
     optim = config.optim
-    optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+    optimizer = adamw(model, optim)
 
     root = Path(config.output_dir) / "checkpoints"
     resumed = checkpoint.latest(root)
@@ -482,6 +482,16 @@ def predict(model: nn.Module, data: Tensors, autocast: torch.autocast) -> torch.
     # inference tensor cannot take part in the next training step's autograd.
     with torch.no_grad(), autocast:
         return model(data.numeric.to(device), data.categorical.to(device)).float()
+
+
+def adamw(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+    """The trainer's optimizer: AdamW over `model`'s parameters (shards under fsdp), its fused
+    kernel: one call updates every parameter in place, with no per-parameter temporaries and,
+    under fsdp, one dispatch through DTensor rather than one per parameter (2-rank gloo, the
+    default MLP: a DDP step 7.0 -> 6.3 ms, an FSDP2 one 12 -> 8 ms; docs/benchmarks.md)."""
+    return torch.optim.AdamW(
+        model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay, fused=True
+    )
 
 
 def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup_fraction: float):

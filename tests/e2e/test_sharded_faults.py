@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ml.checkpoint import HOLD_IN_SAVE
+from ml.checkpoint import HOLD_IN_SAVE, shard_file
 from tests.e2e.test_training_faults import rank_process
 from tests.integration.test_training import FLAGS, training_set  # noqa: F401 - the fixture
 
@@ -50,7 +50,7 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint_in_u
     assert job.returncode != 0, err[-3000:]
     (previous,) = root.glob("step-*")
     (partial,) = root.glob(".step-*.tmp")
-    assert (partial / "__1_0.distcp").is_file()  # the killed rank's shard was written...
+    assert (partial / shard_file(1)).is_file()  # the killed rank's shard was written...
     assert not (partial / "COMPLETE").exists()  # ...but the checkpoint was never committed
 
     resumed = node(training_set, tmp_path / "out")

@@ -47,15 +47,15 @@ DATA_VERSIONS = {
 
 TRAINING_SET_FINGERPRINT = "47c0a78f070ad291c6182027ef9964093cdb6b4d14f17f3801536ba7b56c6f2f"
 WEIGHTS_SHA256 = {
-    "AVX512": "72739201ca17b6c83e027fafd22743d98e3ab4b35086fc4a40d5c24ccb4651db",
-    "AVX2": "72739201ca17b6c83e027fafd22743d98e3ab4b35086fc4a40d5c24ccb4651db",
+    "AVX512": "3320b6bd4814ed74fd2aea214aa4d89f1b9ca7a050302236f0469130b6cddf28",
+    "AVX2": "3320b6bd4814ed74fd2aea214aa4d89f1b9ca7a050302236f0469130b6cddf28",
 }
 """The weights by the CPU kernels torch dispatches to (`torch.backends.cpu.get_cpu_capability`):
 the same float operations vectorized at another width may round differently. Recorded on
 2026-12-04 on an AVX512 machine, and with `ATEN_CPU_CAPABILITY=avx2` on it (the same hash), when
-the data order came to be defined over global sample positions (issue 36): an epoch's
-permutation is now wrapped around to whole global batches, where it used to be padded only to a
-multiple of the world size, so an epoch's last batch is full and the steps after it differ. A
+the trainer took AdamW's fused kernel (`ml.train.adamw`), which rounds its update differently
+from the per-parameter loop; recorded before that (72739201…) when the data order came to be
+defined over global sample positions (issue 36). A
 Xeon with AMX gave other weights from the same training set before that change (f85b0fe3…,
 recorded on 2026-12-03); nothing has been recorded there since, so on such a machine the weights
 are not compared (`AMX`)."""

@@ -65,7 +65,7 @@ def test_fsdp_reaches_the_loss_of_ddp_epoch_by_epoch(runs):
 def test_every_rank_writes_its_shards_into_the_checkpoint_and_the_manifest_hashes_them(runs):
     newest = sorted((runs["fsdp"] / "checkpoints").glob("step-*"))[-1]
     manifest = json.loads((newest / checkpoint.MANIFEST).read_text())
-    assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= manifest.keys()
+    assert {checkpoint.shard_file(0), checkpoint.shard_file(1)} <= manifest.keys()
     assert {checkpoint.STATE, checkpoint.POSITION} <= manifest.keys()
     assert (newest / checkpoint.COMPLETE).is_file()
 
@@ -82,21 +82,24 @@ def test_a_checkpoint_missing_a_shard_is_refused_by_name_for_the_previous_one(
     runs, tmp_path, caplog
 ):
     root, newest, previous = damaged_copy(runs, tmp_path)
-    (newest / "__1_0.distcp").unlink()
+    (newest / checkpoint.shard_file(1)).unlink()
     found = checkpoint.latest(root)
     assert found is not None and found.path == previous
-    assert f"checkpoint {newest} refused: file __1_0.distcp missing" in caplog.text
+    assert f"checkpoint {newest} refused: file {checkpoint.shard_file(1)} missing" in caplog.text
 
 
 def test_a_checkpoint_with_a_truncated_shard_is_refused_by_name_for_the_previous_one(
     runs, tmp_path, caplog
 ):
     root, newest, previous = damaged_copy(runs, tmp_path)
-    shard = newest / "__0_0.distcp"
+    shard = newest / checkpoint.shard_file(0)
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     found = checkpoint.latest(root)
     assert found is not None and found.path == previous
-    assert f"checkpoint {newest} refused: file __0_0.distcp: sha256 does not match" in caplog.text
+    assert (
+        f"checkpoint {newest} refused: file {checkpoint.shard_file(0)}: sha256 does not match"
+        in caplog.text
+    )
 
 
 def test_a_run_whose_newest_checkpoint_is_torn_resumes_from_the_one_before_to_the_same_weights(
@@ -105,9 +108,9 @@ def test_a_run_whose_newest_checkpoint_is_torn_resumes_from_the_one_before_to_th
     tmp_path,
 ):
     _, newest, previous = damaged_copy(runs, tmp_path)
-    (newest / "__1_0.distcp").unlink()
+    (newest / checkpoint.shard_file(1)).unlink()
     resumed = run(training_set, tmp_path, "--strategy", "fsdp")
-    assert f"checkpoint {newest} refused: file __1_0.distcp missing" in resumed.stderr
+    assert f"checkpoint {newest} refused: file {checkpoint.shard_file(1)} missing" in resumed.stderr
     assert f"resumes from {previous}" in resumed.stderr
     fresh = (tmp_path / "model.safetensors").read_bytes()
     assert fresh == (runs["fsdp"] / "model.safetensors").read_bytes()

@@ -122,14 +122,17 @@ def test_an_incomplete_or_corrupt_checkpoint_is_refused_by_name_for_the_previous
     torn = checkpoint.save(tmp_path, position(10), {**state, "model": {"w": torch.zeros(4)}})
     (torn / checkpoint.COMPLETE).unlink()  # killed before the marker
     corrupt = checkpoint.save(tmp_path, position(15), {**state, "model": {"w": torch.ones(4)}})
-    with (corrupt / "__0_0.distcp").open("r+b") as f:
+    with (corrupt / checkpoint.shard_file(0)).open("r+b") as f:
         f.seek(-1, os.SEEK_END)
         f.write(b"\x01")
     (tmp_path / ".step-000000020.tmp").mkdir()  # killed mid-write
 
     found = checkpoint.latest(tmp_path)
     assert found is not None and found.path == good
-    assert f"checkpoint {corrupt} refused: file __0_0.distcp: sha256 does not match" in caplog.text
+    assert (
+        f"checkpoint {corrupt} refused: file {checkpoint.shard_file(0)}: sha256 does not match"
+        in caplog.text
+    )
     assert f"checkpoint {torn} refused: no COMPLETE marker" in caplog.text
     template = {"model": {"w": torch.full((4,), -1.0)}, "rng": torch.zeros_like(state["rng"])}
     loaded = checkpoint.load(found, template)
@@ -138,6 +141,26 @@ def test_an_incomplete_or_corrupt_checkpoint_is_refused_by_name_for_the_previous
 
     checkpoint.save(tmp_path, position(25), state)  # the next writer tidies up
     assert not list(tmp_path.glob(".step-*"))
+
+
+def test_a_checkpoint_in_dcps_own_format_still_loads(tmp_path, monkeypatch):
+    """Written before the checkpoints became safetensors: `__0_0.distcp` and a `.metadata`."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": {"w": torch.arange(4.0)}, "rng": torch.get_rng_state(), "lr": 0.5}
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            checkpoint,
+            "HuggingFaceStorageWriter",
+            lambda path, save_distributed: dcp.FileSystemWriter(path, sync_files=True),
+        )
+        written = checkpoint.save(tmp_path, position(5), state)
+    assert {"__0_0.distcp", checkpoint.LEGACY_METADATA} <= {p.name for p in written.iterdir()}
+    found = checkpoint.latest(tmp_path)
+    assert found is not None and found.path == written
+    template = {"model": {"w": torch.zeros(4)}, "rng": torch.zeros_like(state["rng"])}
+    loaded = checkpoint.load(found, template)
+    assert torch.equal(loaded["model"]["w"], torch.arange(4.0)) and loaded["lr"] == 0.5
 
 
 WRITER = """
