@@ -274,9 +274,17 @@ def model_memory(model: "nn.Module", strategy: str, world_size: int, device: str
     if strategy == "ddp" and world_size > 1:
         buckets = whole
     # AdamW's step adds nothing: the fused kernel (`ml.train.adamw`) updates in place.
-    # Rank 0 writes from the CPU: a bytes copy per tensor, then the file's bytes; fsdp gathers
-    # the weights first.
-    serialization = 0 if device == "cuda" else (3 if strategy == "fsdp" else 2) * whole
+    # Rank 0 writes the final file from the CPU: a bytes copy per tensor, then the file's
+    # bytes; fsdp gathers the weights first.
+    serialization = (3 if strategy == "fsdp" else 2) * whole
+    # A checkpoint of a small state is serialized whole in memory, twice a rank's state (its
+    # weights, moments and best weights), where a large one is streamed (`ml.checkpoint`).
+    from ml.checkpoint import SMALL_STATE_BYTES
+
+    if (2 + ADAM_MOMENTS) * whole <= SMALL_STATE_BYTES:
+        serialization = max(serialization, 2 * (2 + ADAM_MOMENTS) * mine)
+    if device == "cuda":
+        serialization = 0  # both are in the host's memory, not the device's
     return ModelMemory(
         parameters=mine,
         gradients=mine,

@@ -143,19 +143,14 @@ def test_an_incomplete_or_corrupt_checkpoint_is_refused_by_name_for_the_previous
     assert not list(tmp_path.glob(".step-*"))
 
 
-def test_a_checkpoint_in_dcps_own_format_still_loads(tmp_path, monkeypatch):
-    """Written before the checkpoints became safetensors: `__0_0.distcp` and a `.metadata`."""
-    import torch.distributed.checkpoint as dcp
-
+def test_a_large_state_is_streamed_in_dcps_own_format_and_loads(tmp_path, monkeypatch):
+    """Above `SMALL_STATE_BYTES`: `__0_0.distcp` and a `.metadata`, not safetensors."""
     state = {"model": {"w": torch.arange(4.0)}, "rng": torch.get_rng_state(), "lr": 0.5}
-    with monkeypatch.context() as patched:
-        patched.setattr(
-            checkpoint,
-            "HuggingFaceStorageWriter",
-            lambda path, save_distributed: dcp.FileSystemWriter(path, sync_files=True),
-        )
-        written = checkpoint.save(tmp_path, position(5), state)
-    assert {"__0_0.distcp", checkpoint.LEGACY_METADATA} <= {p.name for p in written.iterdir()}
+    monkeypatch.setattr(checkpoint, "SMALL_STATE_BYTES", checkpoint.state_bytes(state) - 1)
+    written = checkpoint.save(tmp_path, position(5), state)
+    names = {p.name for p in written.iterdir()}
+    assert {"__0_0.distcp", checkpoint.DCP_METADATA} <= names
+    assert checkpoint.shard_file(0) not in names
     found = checkpoint.latest(tmp_path)
     assert found is not None and found.path == written
     template = {"model": {"w": torch.zeros(4)}, "rng": torch.zeros_like(state["rng"])}

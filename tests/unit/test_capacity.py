@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from ml import capacity
+from ml import capacity, checkpoint
 from ml.capacity import CapacityEstimate, Shapes, TooLarge
 from ml.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from ml.model import build_model
@@ -83,11 +83,16 @@ def test_fsdp_divides_the_state_by_the_world_size_and_gathers_the_largest_unit()
     assert capacity.model_memory(model, "fsdp", 1, "cpu").gathered == 0
 
 
-def test_on_a_gpu_serialization_is_not_on_the_device():
-    model = meta_model((512, 256))
-    cpu = capacity.model_memory(model, "ddp", 1, "cpu")
-    cuda = capacity.model_memory(model, "ddp", 1, "cuda")
-    assert cpu.serialization == 2 * cpu.parameters and cuda.serialization == 0
+def test_serialization_is_a_small_states_checkpoint_or_the_final_file_and_not_on_a_gpu():
+    small, large = meta_model((512, 256)), meta_model((4096, 4096))
+    # A small state's checkpoint is serialized whole: twice its weights, moments, best weights.
+    cpu = capacity.model_memory(small, "ddp", 1, "cpu")
+    assert cpu.serialization == 2 * 4 * cpu.parameters
+    # A large one is streamed: the final file's copies are the most (twice the weights).
+    cpu = capacity.model_memory(large, "ddp", 1, "cpu")
+    assert 4 * cpu.parameters > checkpoint.SMALL_STATE_BYTES
+    assert cpu.serialization == 2 * cpu.parameters
+    assert capacity.model_memory(small, "ddp", 1, "cuda").serialization == 0
 
 
 def test_saved_activations_exclude_parameters_count_a_shared_tensor_once_and_scale_with_rows():
