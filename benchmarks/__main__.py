@@ -65,7 +65,7 @@ class Sizes:
     endtoend_blocks: int = 4
     capacity_rows: int = 3_000
     """P14's training set (2,100 train rows): one epoch of the widest case in seconds."""
-    capacity_cases: int = 6
+    capacity_cases: int = 9
     """P14's cases (`benchmarks.capacity_error.CASES`), from the first."""
     smoke: bool = False
 

@@ -63,16 +63,16 @@ class Case:
 
 
 CASES = tuple(
-    Case(architecture, "ddp", size, processes)
+    Case(architecture, strategy, size, processes)
     for architecture, size in (
         ("mlp", "hidden_sizes=128,64"),
         ("mlp", "hidden_sizes=4096,4096,4096"),
         ("ft_transformer", "token_dim=192 num_blocks=3"),
     )
-    for processes in (1, 2)
+    for strategy, processes in (("ddp", 1), ("ddp", 2), ("fsdp", 2))
 )
-"""What P14 and the docs' table measure: the architectures and strategies that train in main
-(ddp; fsdp joins when it does)."""
+"""What P14 and the docs' table measure: each architecture alone, then on 2 ranks with each
+strategy (fsdp on one rank trains the plain model, as ddp does)."""
 
 
 def measure(data: Path, case: Case) -> dict:

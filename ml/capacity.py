@@ -6,11 +6,9 @@
 Per rank, for the configured model, strategy and world size, what is held throughout:
 
 - parameters, gradients and AdamW's two fp32 moments, counted on a build on the meta device
-  (shapes and dtypes, no memory, any `nn.Module`); under fsdp each is divided by the world size,
-  plus the largest unit gathered whole for its forward and backward (its parameters and their
-  gradients before the reduce-scatter; a unit is a direct child of the network, the way FSDP2
-  is applied block by block); under ddp with several ranks, DDP's gradient buckets (a second
-  copy of every gradient); the best weights kept since the best epoch;
+  (shapes and dtypes, no memory, any `nn.Module`); under fsdp each is divided by the world size;
+  under ddp with several ranks, DDP's gradient buckets (a second copy of every gradient); the
+  best weights kept since the best epoch;
 - data: the training set as the trainer holds it (the frame, its train and validation rows,
   their tensors, the epoch's rows gathered into one block);
 - runtime: what a trainer process holds before any of that (Python, torch and what the trainer
@@ -18,15 +16,18 @@ Per rank, for the configured model, strategy and world size, what is held throug
 - retained (CPU): what a few real steps of the whole model left resident beyond its state,
   measured in this process (activations and temporaries whose pages the allocator keeps);
 
-plus the largest of what exists only for a moment:
+plus the larger of what exists only for a moment, during a step or while weights are written:
 
-- activations: the tensors autograd saves for the backward pass of one step at the configured
+- during a step, together: under fsdp, the largest unit gathered whole for its forward and
+  backward (its parameters, and their gradients before the reduce-scatter; the units are
+  `ml.model.shard_units`, then the root), freed after the step's backward pass; and the
+  activations: the tensors autograd saves for the backward pass of one step at the configured
   batch, summed from `torch.autograd.graph.saved_tensors_hooks` during a forward and backward of
   the real network on meta tensors, plus the largest saved tensor again (the gradient flowing
   back through it while it is still held); on a CPU where the probe ran, measured instead: how
   far a step's peak went above what it left resident (the allocator keeps most of a step's
   pages, counted as retained);
-- the weights serialized while rank 0 writes a checkpoint or the final file.
+- between steps: the weights serialized while a checkpoint or the final file is written.
 
 On a GPU only what lives on the device counts (no runtime, no frame, no serialization): the
 target is the smallest GPU's memory and the measured peak `torch.cuda.max_memory_allocated`. On
@@ -156,7 +157,8 @@ class CapacityEstimate:
     gradients_bytes: int
     optimizer_bytes: int
     gathered_bytes: int
-    """fsdp: the largest unit's parameters and gradients, unsharded while it runs."""
+    """Passing, during a step: fsdp's largest unit's parameters and gradients, unsharded while
+    it runs."""
     buckets_bytes: int
     """ddp with several ranks: the gradient buckets DDP all-reduces."""
     best_weights_bytes: int
@@ -167,16 +169,19 @@ class CapacityEstimate:
     """Measured on a CPU: what a few real steps left resident beyond the model's state
     (`StepProbe.retained_bytes`); 0 where not measured."""
     activations_bytes: int
-    """Passing: what autograd saves in a step's forward pass, until its backward pass."""
+    """Passing, during a step: what autograd saves in its forward pass, until its backward."""
     serialization_bytes: int
-    """Passing: the weights serialized while a checkpoint or the final file is written."""
+    """Passing, between steps: the weights serialized while a checkpoint or the final file is
+    written."""
     target_bytes: int
     target: str
     """What the target is, for a person: "cuda:0 memory, 81,559.0 MiB"."""
     seconds_per_epoch: float | None = None
     """From the time probe; None where it did not run."""
 
-    PASSING = ("activations", "serialization")
+    STEP = ("gathered", "activations")
+    """The passing components that exist together, during a step."""
+    PASSING = (*STEP, "serialization")
 
     @property
     def components(self) -> dict[str, int]:
@@ -196,8 +201,14 @@ class CapacityEstimate:
         return {k: v for k, v in self.components.items() if k in self.PASSING}
 
     @property
+    def step_bytes(self) -> int:
+        """What a step passes through: fsdp's gathered unit and the activations, together."""
+        return sum(v for k, v in self.passing.items() if k in self.STEP)
+
+    @property
     def total_bytes(self) -> int:
-        return sum(self.held.values()) + max(self.passing.values())
+        """What is held, plus the larger of a step's passing memory and a write's."""
+        return sum(self.held.values()) + max(self.step_bytes, self.serialization_bytes)
 
     @property
     def fits(self) -> bool:
@@ -227,8 +238,8 @@ class CapacityEstimate:
         return (
             f"capacity: {self.strategy} on {self.world_size} rank(s), batch {self.batch_size:,}"
             f" per rank, {self.device}: {verdict}; {mib(self.total_bytes)} per rank against"
-            f" {mib(self.target_bytes)} ({self.target}); held: {held}; plus the largest of"
-            f" (passing): {passing}{epoch}"
+            f" {mib(self.target_bytes)} ({self.target}); held: {held}; plus the larger of a"
+            f" step's and a write's (passing): {passing}{epoch}"
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -123,13 +123,20 @@ def test_data_on_a_gpu_is_the_epoch_block_and_the_validation_split_only():
     assert on_cpu == 300_000 + 280_000 + 1_200 * row + 500 * row
 
 
-def test_the_total_is_what_is_held_plus_the_largest_passing_component():
+def test_the_total_is_what_is_held_plus_the_larger_of_a_steps_and_a_writes_passing_memory():
     found = estimate(TrainConfig(model=ModelConfig(hidden_sizes=(256, 256))))
     held = sum(v for k, v in found.components.items() if k not in CapacityEstimate.PASSING)
-    passing = [found.activations_bytes, found.serialization_bytes]
-    assert found.total_bytes == held + max(passing)
+    assert found.total_bytes == held + max(found.activations_bytes, found.serialization_bytes)
     assert found.runtime_bytes == RUNTIME and found.retained_bytes == 0
     assert found.fits and found.over_bytes == 0
+    # Under fsdp the gathered unit passes with the step's activations, not beside a write.
+    sharded = estimate(
+        TrainConfig(model=ModelConfig(hidden_sizes=(4096, 4096)), strategy="fsdp"), world_size=2
+    )
+    held = sum(v for k, v in sharded.components.items() if k not in CapacityEstimate.PASSING)
+    step = sharded.gathered_bytes + sharded.activations_bytes
+    assert sharded.gathered_bytes > 0 and sharded.step_bytes == step
+    assert sharded.total_bytes == held + max(step, sharded.serialization_bytes)
 
 
 def test_a_model_too_large_says_by_how_much_with_every_component():
