@@ -11,7 +11,9 @@ small model's step (1.5 ms against 4.4 ms, the MLP on 2 processes). They vote ab
 since the previous one, from which every rank computes the same step for the next vote.
 """
 
+import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,10 @@ VOTE_EVERY_S = 0.5
 """About how many seconds of training pass between two votes: the most a stop waits for one,
 small beside any grace period, and a vote's cost spread over many steps."""
 MAX_STEPS_BETWEEN_VOTES = 1000
+TORCHRUN_WORKER = "TORCHELASTIC_RUN_ID"
+"""Set by torchrun in each worker's environment."""
+PR_SET_PDEATHSIG = 1
+"""<linux/prctl.h>"""
 
 
 class Preemption:
@@ -38,7 +44,11 @@ class Preemption:
         """The step and `time.perf_counter()` of this rank's previous vote."""
 
     def install(self) -> None:
+        """Note SIGTERM from now on; under torchrun, also when the launching agent dies
+        (`stop_with_parent`)."""
         signal.signal(signal.SIGTERM, self._note)
+        if TORCHRUN_WORKER in os.environ:
+            stop_with_parent()
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self.signalled_at is None:
@@ -75,6 +85,26 @@ class Preemption:
             yield
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+def stop_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
+    """Have the kernel send `sig` to this process when its parent exits (Linux's
+    `PR_SET_PDEATHSIG`; elsewhere nothing). torchrun starts each worker in a session of its
+    own, so a worker whose agent was killed (SIGKILL, the OOM killer) went on alone: it trained
+    on, or waited forever in a test's hold, beside the next attempt writing the same
+    checkpoints. With SIGTERM the orphaned ranks stop as when preempted: they agree at the next
+    vote, checkpoint and exit. torchrun's agent starts its workers from its main thread, whose
+    end is the process's (the signal follows the thread that forked)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the parent died while the request was being made
+        os.kill(os.getpid(), sig)
 
 
 def steps_between_votes(step_s: float) -> int:

@@ -13,10 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ml import checkpoint
 from ml.node import EXIT_NOT_RETRYABLE
 from tests.integration.test_training import FLAGS, training_set  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
+
+
+LONG = ("--optim.max_epochs", "200", "--optim.patience_epochs", "200")
+"""A training that is still going when a test acts on it, however fast the machine."""
 
 
 def torchrun(data: Path, out: Path, *extra: str, restarts: int = 2) -> subprocess.Popen:
@@ -112,6 +117,25 @@ def test_a_hung_rank_fails_the_job_in_seconds_not_the_default_half_hour(
     job.wait(timeout=120)
     assert job.returncode != 0
     assert gave_up_after_s < 90
+
+
+def test_workers_whose_node_was_killed_checkpoint_and_stop_instead_of_training_on(
+    training_set,  # noqa: F811
+    tmp_path,
+):
+    """SIGKILL of the node (torchrun's agent: the OOM killer's choice, a `kill -9`) ends its
+    workers, which torchrun starts in sessions of their own: told by the kernel that their
+    parent died (`ml.preemption.stop_with_parent`), they stop as when preempted."""
+    out = tmp_path / "out"
+    job = torchrun(training_set, out, *LONG, restarts=0)
+    wait_for_checkpoint(job, out)
+    workers = [rank_process(job, 0), rank_process(job, 1)]
+    job.kill()
+    job.wait()
+    _, alive = psutil.wait_procs(workers, timeout=120)
+    assert not alive, f"workers left running without their node: {alive}"
+    newest = checkpoint.latest(out / "checkpoints")
+    assert newest is not None and newest.position.preempted
 
 
 def test_a_crash_loop_stops_after_the_bounded_restarts(training_set, tmp_path):  # noqa: F811
