@@ -52,9 +52,11 @@ INSTANCE_FILE := deploy/$(if $(filter prod,$(ML_LIFECYCLE_ENV)),dagster.yaml,dag
 instance:
 	@install -D -m 644 $(INSTANCE_FILE) $(DAGSTER_HOME)/dagster.yaml
 
-# USE_CASE=ridership runs the second bundled use case instead of the first (flights).
+# USE_CASE=ridership runs the second bundled use case instead of the first (flights);
+# CONFIG=name trains that entry of the use case's catalog (usecases/<case>/configs/) instead of
+# the one it names (baseline).
 run: $(ENV_STAMP) instance
-	$(BIN)/python -m cli.run $(if $(USE_CASE),--use-case $(USE_CASE))
+	$(BIN)/python -m cli.run $(if $(USE_CASE),--use-case $(USE_CASE)) $(if $(CONFIG),--config $(CONFIG))
 
 # Two test processes: the tests on the shared worlds in one, every other module as a unit of
 # its own (tests/conftest.py), the longest first.

@@ -26,18 +26,30 @@ TRAINING = "training"
 
 SET_BY_THE_ASSET = ("training_set", "output_dir", "label", "task", "feature_service")
 """TrainConfig fields the asset fills in itself: its input's file, the run's folder, and what the
-use case declares (label, task, FeatureService)."""
+use case declares (label, task, FeatureService); and the record of the catalog entry
+(`catalog.sha256`, `catalog.overridden`), of which a run names only the entry."""
+RECORDED = ("sha256", "overridden")
 
 
 def trained_model_config(case: UseCase) -> type[dg.Config]:
-    """`trained_model`'s config for a use case: every `ml.train` setting, with the defaults
-    the use case declares (`UseCase.training`) in place of the generic ones."""
+    """`trained_model`'s config for a use case: every `ml.train` setting, its default the use
+    case's default catalog entry's (`UseCase.config`), and `catalog.name`, the entry a run starts
+    from (`ml.catalog.resolve`). Every entry of the catalog is checked here, as the definitions
+    load."""
+    from declare import CatalogError
+    from ml.catalog import entry_settings
+
     try:
-        defaults = TrainConfig.from_dict(dict(case.training))
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"use case {case.name!r}: training: {error}") from None
+        for entry in case.configs.entries():
+            entry_settings(entry)
+        defaults = entry_settings(case.configs.entry(case.config))
+    except CatalogError as error:
+        raise ValueError(f"use case {case.name!r}: configs: {error}") from None
     return config_class(
-        TrainConfig, f"TrainedModelConfig_{case.name}", defaults, skip=SET_BY_THE_ASSET
+        TrainConfig,
+        f"TrainedModelConfig_{case.name}",
+        defaults,
+        skip=(*SET_BY_THE_ASSET, *RECORDED),
     )
 
 

@@ -186,6 +186,7 @@ def _manifest(registry: "MlflowRegistry", model: "ModelVersion") -> dict[str, An
     return {
         **{k: document[k] for k in MANIFEST_FIELDS if k in document},
         "architecture": architecture,
+        "catalog": document["config"].get("catalog"),  # none before the catalog
     }
 
 

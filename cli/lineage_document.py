@@ -222,6 +222,7 @@ def _render_manifest(
         f"  git commit       {manifest.get('git_commit')}",
         f"  lock sha256      {manifest.get('lock_sha256')}",
         f"  architecture     {manifest.get('architecture')}",
+        f"  config           {_catalog_entry(manifest.get('catalog'))}",
         f"  feature service  {manifest.get('feature_service')}{declarations}",
         f"  seed {manifest.get('seed')}, world size {manifest.get('world_size')},"
         f" devices {manifest.get('devices')}, python {manifest.get('python')},"
@@ -231,6 +232,14 @@ def _render_manifest(
         f"  libraries        {libraries}",
         f"  environment      {_environment(manifest.get('compatibility'))}",
     ]
+
+
+def _catalog_entry(entry: Mapping[str, Any] | None) -> str:
+    """The catalog entry the model's training started from, and what the run changed."""
+    if not entry or not entry.get("name"):
+        return "no catalog entry (trained before the catalog, or outside a use case)"
+    changed = ", ".join(entry.get("overridden") or []) or "nothing"
+    return f"{entry['name']} (settings sha256 {entry['sha256']}), the run changed {changed}"
 
 
 def _environment(check: Mapping[str, Any] | None) -> str:

@@ -183,6 +183,8 @@ class Driver:
     stops: Stops
     days_per_run: int
     """Days one ingest run takes, as a backfill run takes them (`Settings.days_per_run`)."""
+    config: str | None = None
+    """The catalog entry trained; None: the use case's (`UseCase.config`)."""
     outcomes: dict[str, DayOutcome] = field(default_factory=dict)
     training: AssetRun = field(init=False)
     model: AssetRun = field(default_factory=lambda: AssetRun(False, "", ran=False))
@@ -253,7 +255,11 @@ class Driver:
         )
         following = (self.plan.end + dt.timedelta(days=1)).isoformat()
         if self.training.success:
-            self.model = run_assets(job("train_model"), instance, stops=stops)
+            trained_model = asset_key(case, "trained_model").to_python_identifier()
+            entry = {"catalog": {"name": self.config or case.config}}
+            self.model = run_assets(
+                job("train_model"), instance, ops={trained_model: {"config": entry}}, stops=stops
+            )
             # The test days: the champion (new, or kept when the gate refused) scores them.
             scoring = job("score_day")
             for day in self.plan.test_days:
@@ -303,6 +309,12 @@ def arguments() -> argparse.ArgumentParser:
     )
     parser.add_argument("--end", type=_day, help="last day, inclusive (YYYY-MM-DD)")
     parser.add_argument(
+        "--config",
+        metavar="NAME",
+        help="the catalog entry to train (usecases/<name>/configs/NAME.toml; default: the one the"
+        " use case names, `baseline`)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=2,
@@ -331,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         case = choose_use_case(USE_CASES, args.use_case)
         days = plan_days(case, args.start, args.end)
+        if args.config is not None:
+            case.configs.entry(args.config)  # an unknown name is refused before any run
     except ValueError as error:
         parser.error(str(error))
 
@@ -341,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_dagster_home(home, instance_file(SETTINGS.profile))
     began = time.perf_counter()
     with dg.DagsterInstance.get() as instance, Stops(instance) as stops:
-        driver = Driver(case, days, job, instance, stops, SETTINGS.days_per_run)
+        driver = Driver(case, days, job, instance, stops, SETTINGS.days_per_run, args.config)
         try:
             # A run an earlier, killed `make run` left unfinished would hold its pool slots.
             for released in release_dead_runs(instance):

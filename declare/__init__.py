@@ -7,6 +7,7 @@ feast, great_expectations or torch (tests/unit/test_layering.py), so a declarati
 milliseconds and reads on its own.
 """
 
+from declare.catalog import BASELINE, Catalog, CatalogError, NamedConfig
 from declare.contracts import ColumnRule, TableContract
 from declare.gate import (
     GATE_RULES,
@@ -38,11 +39,14 @@ from declare.usecase import (
 )
 
 __all__ = [
+    "BASELINE",
     "GATE_RULES",
     "PREDICTED_AT",
     "SPLIT_DAYS",
     "TASKS",
     "Automation",
+    "Catalog",
+    "CatalogError",
     "ColumnRule",
     "DailyPartitions",
     "Day",
@@ -59,6 +63,7 @@ __all__ = [
     "LineRule",
     "Lookup",
     "MulticlassGatePolicy",
+    "NamedConfig",
     "Prediction",
     "RegressionGatePolicy",
     "Revisions",

@@ -10,8 +10,9 @@ import re
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from declare.catalog import BASELINE, Catalog, CatalogError
 from declare.contracts import TableContract
 from declare.gate import TASKS, GatePolicy, MulticlassGatePolicy, Policy, RegressionGatePolicy
 from declare.policies import Automation, DecayPolicy, DriftSettings, Revisions
@@ -351,11 +352,12 @@ class UseCase:
     figure, once their outcomes are known."""
     prediction: Prediction = field(default_factory=Prediction)
     """When an entity row is predicted, for training as for serving."""
-    training: Mapping[str, Any] = field(default_factory=dict)
-    """Defaults of the training config (`ml.config.TrainConfig`, nested as its sections are:
-    `{"optim": {"batch_size": 64}}`) that suit this use case's data, the network among them
-    (`{"model": {"architecture": "ft_transformer"}}`, docs/training.md, "Models"); a run's config
-    still overrides them."""
+    configs: Catalog = field(default_factory=Catalog)
+    """Its catalog of named training configurations (`declare.catalog`: a folder of TOML files,
+    `baseline` among them); none: only `baseline`, the generic defaults."""
+    config: str = BASELINE
+    """The catalog entry trained unless a run names another: the launchpad's defaults, the
+    nightly retrain, the drift sensor's retrain and `make run`."""
     baseline: str | None = None
     """A column of the training set that is itself a naive forecast of the label (e.g. the same
     entity's value a week before): evaluated beside the model on the same test rows, and, for a
@@ -431,6 +433,7 @@ class UseCase:
                 )
         if self.label.task not in TASKS:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
+        self._check_catalog()
         if self.gate is not None and self.gate.task != self.label.task:
             raise _refuse(
                 self.name,
@@ -456,6 +459,18 @@ class UseCase:
             raise _refuse(self.name, *drift)
         if (window := self.window.problem()) is not None:
             raise _refuse(self.name, *window)
+
+    def _check_catalog(self) -> None:
+        """Every entry of the catalog reads as one (its settings are checked where the training
+        config is, `ml.catalog`), `baseline` among them, and `config` names one."""
+        try:
+            names = [entry.name for entry in self.configs.entries()]
+        except CatalogError as error:
+            raise _refuse(self.name, "configs", str(error)) from None
+        if BASELINE not in names:
+            raise _refuse(self.name, "configs", f"has no {BASELINE!r} entry: {names}")
+        if self.config not in names:
+            raise unknown_name(self.name, "config", self.config, names, "catalog entry")
 
     def _check_read_columns(self, name: str, source: Trailing) -> None:
         """A trailing window reads only columns its table publishes: those of its contract and

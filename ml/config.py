@@ -12,6 +12,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,10 +91,26 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class CatalogRef:
+    """The catalog entry a run started from (`declare.catalog`), recorded in its manifest; not
+    read by training."""
+
+    name: str = ""
+    """The use case's catalog entry the run starts from (`<use case>/configs/<name>.yaml`);
+    empty outside a use case. The launchpad's other fields default to the use case's default
+    entry: those left so come from the entry named here (`ml.catalog.resolve`)."""
+    sha256: str = ""
+    """sha256 of the settings the entry resolves to (`ml.catalog.settings_sha256`)."""
+    overridden: tuple[str, ...] = ()
+    """The settings the run changed from the entry's, by dotted name."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    catalog: CatalogRef = field(default_factory=CatalogRef)
     seed: int = 2013
     """Seeds parameter init, shuffling and dropout on every rank."""
     output_dir: str = ""
@@ -188,6 +205,29 @@ def to_args(config: TrainConfig) -> list[str]:
     out = []
     for name, _, value, _ in _leaves(TrainConfig, config, ""):
         out += [f"--{name}", ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    return out
+
+
+def dotted(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 0.1}} → {"optim.lr": 0.1}: the dotted names of `python -m ml.train`."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def nested(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`dotted`'s inverse: {"optim.lr": 0.1} → {"optim": {"lr": 0.1}}."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        node = out
+        *sections, leaf = name.split(".")
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
     return out
 
 

@@ -10,14 +10,14 @@ pyarrow only when a run ends.
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from declare import UseCase
-from ml import telemetry
+from ml import catalog, telemetry
 from ml.capacity import measured_against_estimate
-from ml.config import TrainConfig
+from ml.config import TrainConfig, dotted
 from ml.files import atomic_write
 from ml.results import FilePath, Link, Markdown, TrainedRun, image
 from ml.task import task_named
@@ -109,12 +109,20 @@ class TrainingPlan:
 
     def params(self) -> dict[str, Any]:
         """Every setting by its dotted name, as `python -m ml.train` takes it."""
-        return flat(self.settings.to_dict())
+        return dotted(self.settings.to_dict())
 
     def tags(self) -> dict[str, str]:
-        """What the use case declares: label, task, feature service."""
-        data = self.settings.data
-        return {"label": data.label, "task": data.task, "feature_service": data.feature_service}
+        """What the use case declares (label, task, feature service) and the catalog entry the
+        run started from (`config`: name and settings sha256; `config_overridden`: what the run
+        changed)."""
+        data, entry = self.settings.data, self.settings.catalog
+        return {
+            "label": data.label,
+            "task": data.task,
+            "feature_service": data.feature_service,
+            "config": f"{entry.name}@{entry.sha256[:12]}",
+            "config_overridden": ", ".join(entry.overridden) or "none",
+        }
 
     def description(self) -> str:
         """The MLflow run's note while it trains."""
@@ -130,20 +138,18 @@ def plan_training(
     case: UseCase, chosen: Mapping[str, Any], training_set: Path, output: Path, dagster_run: str
 ) -> TrainingPlan:
     """The training of `case` on `training_set` into `output`: the settings `chosen` (every
-    `TrainConfig` field but the asset's own, from the launchpad), with what the use case declares
-    (label, task, feature service); `dagster_run` links the run that trains."""
-    declared = {
-        "label": case.label.column,
-        "task": case.label.task,
-        "feature_service": case.feature_service,
-    }
-    settings = TrainConfig.from_dict(
-        {
-            **chosen,
-            "data": {**chosen["data"], **declared, "training_set": str(training_set)},
-            "output_dir": str(output),
-        }
+    `TrainConfig` field but the asset's own, from the launchpad) over the catalog entry they
+    name (`ml.catalog.resolve`), with what the use case declares (label, task, feature service);
+    `dagster_run` links the run that trains."""
+    chosen_settings = catalog.resolve(case.configs, case.config, chosen)
+    data = replace(
+        chosen_settings.data,
+        label=case.label.column,
+        task=case.label.task,
+        feature_service=case.feature_service,
+        training_set=str(training_set),
     )
+    settings = replace(chosen_settings, data=data, output_dir=str(output))
     return TrainingPlan(settings, training_set, case.registered_model, dagster_run)
 
 
@@ -215,6 +221,7 @@ class TrainingOutcome:
             "precision": result["precision"],
             **measured_against_estimate(result),
             **({"capacity_estimate": result["capacity"]} if result.get("capacity") else {}),
+            **self._catalog_metadata(),
             "world_size": self.manifest["world_size"],
             "layout": self.layout,
             "resumed_from": result["resumed_from"] or "none",
@@ -228,6 +235,17 @@ class TrainingOutcome:
             "mlflow_run": Link(self.mlflow_link),
             "mlflow_run_id": self.run.mlflow_run_id,
             "mlflow_artifacts": self.mlflow_artifacts,
+        }
+
+    def _catalog_metadata(self) -> dict[str, Any]:
+        """The catalog entry the training started from (`config`: name@sha256, the hash whole in
+        the manifest) and the settings the run changed from it."""
+        entry = (self.manifest.get("config") or {}).get("catalog") or {}
+        if not entry.get("name"):
+            return {}
+        return {
+            "config": f"{entry['name']}@{entry['sha256'][:12]}",
+            "config_overridden": ", ".join(entry.get("overridden") or []) or "none",
         }
 
     def _telemetry_metadata(self) -> dict[str, Any]:
@@ -349,14 +367,3 @@ def _document(reported: Mapping[str, Any], key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Unreported(f"training ended without reporting its {key}")
     return dict(value)
-
-
-def flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"optim": {"lr": 0.1}} → {"optim.lr": 0.1}: the dotted names of `python -m ml.train`."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out

@@ -107,6 +107,9 @@ def test_the_manifest_facts_are_those_registered_with_the_model(world: World, tm
     for fact in (manifest["git_commit"], manifest["lock_sha256"], manifest["feature_service"]):
         assert fact in text
     assert f"architecture     {manifest['config']['model']['architecture']}" in text
+    entry = manifest["config"]["catalog"]
+    assert lineage.manifest["catalog"] == entry and entry["name"] == CASE.config
+    assert f"config           {entry['name']} (settings sha256 {entry['sha256']})" in text
 
 
 def test_a_prediction_resolves_to_its_model_versions_chain(world: World):

@@ -18,9 +18,11 @@ import torch
 
 from assets import asset_key
 from ml import checkpoint
+from ml.catalog import entry_settings
 from ml.dataset import fingerprint
 from resources.mlflow_runs import ML_VIEW
 from resources.registry import MlflowRegistry
+from usecases import FLIGHTS
 
 pytestmark = pytest.mark.integration
 
@@ -162,6 +164,7 @@ WRITER = """
 import sys, torch
 from pathlib import Path
 from ml import checkpoint
+from ml.catalog import entry_settings
 root = Path(sys.argv[1])
 for step in range(1, 10_000):
     weights = {"w": torch.full((256, 1024), float(step))}  # 1 MiB: the kill lands mid-write
@@ -216,7 +219,6 @@ def materialize_trained_model(
     from resources.lake import LakePaths, ParquetLake
     from resources.launchers import LocalTorchrun
     from resources.registry import local_registry
-    from usecases.flights import USE_CASE as FLIGHTS
 
     case = FLIGHTS
     if label is not None:
@@ -261,11 +263,20 @@ def test_trained_model_runs_two_torchrun_workers_through_pipes_and_mlflow(traini
     assert metadata["data_fingerprint"].value == fingerprint(pd.read_parquet(training_set))
     assert 0.5 < metadata["validation_roc_auc"].value <= 1.0  # the planted signal is learnt
     assert "data:image/png;base64," in metadata["loss_curve_plot"].value
+    # The catalog entry it started from, and the change the run made, in the manifest.
+    entry = entry_settings(FLIGHTS.configs.entry(FLIGHTS.config)).catalog
+    manifest = json.loads((Path(metadata["weights"].value).parent / "manifest.json").read_text())
+    recorded = {"name": "baseline", "sha256": entry.sha256, "overridden": ["optim.max_epochs"]}
+    assert manifest["config"]["catalog"] == recorded
+    assert metadata["config"].value == f"baseline@{entry.sha256[:12]}"
+    assert metadata["config_overridden"].value == "optim.max_epochs"
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
     run = client.get_run(metadata["mlflow_run_id"].value)
     assert run.info.status == "FINISHED"
     assert run.data.params["optim.max_epochs"] == "2"
+    assert run.data.params["catalog.sha256"] == entry.sha256
+    assert run.data.tags["config"] == f"baseline@{entry.sha256[:12]}"
     # The same figure on both sides; Dagster's table shows it to 4 decimals.
     assert round(run.data.metrics["validation_roc_auc"], 4) == metadata["validation_roc_auc"].value
     # Each epoch once, at the time rank 0 reported it, while the run was open.

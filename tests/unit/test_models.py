@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import tomlkit
 import torch
 
 from assets.training import trained_model_config
 from benchmarks.training_speed import synthetic_training_set
+from declare import Catalog
 from ml import export
 from ml.config import ModelConfig, TrainConfig, from_args, parser, to_args
 from ml.data import Preprocessor
@@ -239,7 +241,7 @@ def test_the_example_network_keeps_the_contract_and_refuses_an_unknown_option():
 
 def test_a_use_case_chooses_the_architecture_and_a_run_overrides_it(tmp_path):
     declared = {"model": {"architecture": "ft_transformer", "token_dim": 32, "num_heads": 4}}
-    case = dataclasses.replace(RIDERSHIP, training={**RIDERSHIP.training, **declared})
+    case = dataclasses.replace(RIDERSHIP, configs=catalog_of(tmp_path / "configs", declared))
     config_type = trained_model_config(case)
 
     def settings(**run_config) -> ModelConfig:
@@ -251,6 +253,13 @@ def test_a_use_case_chooses_the_architecture_and_a_run_overrides_it(tmp_path):
     assert (overridden.architecture, overridden.hidden_sizes) == ("mlp", (8,))
     assert overridden.token_dim == 32  # the rest is still the use case's
     assert isinstance(build_model(4, [3], 1, overridden), TabularNet)
-    wrong = dataclasses.replace(RIDERSHIP, training={"model": {"architecture": "resnet"}})
-    with pytest.raises(ValueError, match=r"use case 'ridership': training: .*'resnet'"):
-        trained_model_config(wrong)
+    wrong = catalog_of(tmp_path / "wrong", {"model": {"architecture": "resnet"}})
+    with pytest.raises(ValueError, match=r"use case 'ridership': configs: .*baseline.*'resnet'"):
+        trained_model_config(dataclasses.replace(RIDERSHIP, configs=wrong))
+
+
+def catalog_of(folder: Path, baseline: dict) -> Catalog:
+    """A catalog of one entry, `baseline`, with the settings `baseline`."""
+    folder.mkdir()
+    (folder / "baseline.toml").write_text(tomlkit.dumps({"training": baseline}))
+    return Catalog(folder)

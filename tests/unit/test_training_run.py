@@ -101,6 +101,9 @@ def test_the_settings_are_the_chosen_ones_with_what_the_use_case_declares(tmp_pa
         "label": FLIGHTS.label.column,
         "task": FLIGHTS.label.task,
         "feature_service": "flight_delay_v1",
+        "config": f"baseline@{plan.settings.catalog.sha256[:12]}",
+        # What CHOSEN changes from the flights' baseline (the generic defaults).
+        "config_overridden": "data.split_column, optim.lr, optim.max_epochs",
     }
     assert plan.description().startswith(f"flight_delay: {FLIGHTS.label.column} (binary) from")
     assert f"training in Dagster run {LINK};" in plan.description()

@@ -10,10 +10,12 @@ contracts (`contracts.py`), Dagster-free feature functions (`features.py`) and t
 """
 
 import datetime as dt
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from declare import (
     Automation,
+    Catalog,
     DailyPartitions,
     Day,
     Dimension,
@@ -185,6 +187,8 @@ USE_CASE = UseCase(
         known_after=dt.timedelta(hours=6),
     ),
     registered_model="flight_delay",
+    # Its named training configurations; `baseline` is what it trains unless a run names another.
+    configs=Catalog(Path(__file__).parent / "configs"),
     # A day's flights are predicted the night before, from its schedule (published ahead):
     # features as known at its local midnight, for training as for serving.
     prediction=Prediction(at="day_start", entities="flight_features"),

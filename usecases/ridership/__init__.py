@@ -10,10 +10,12 @@ contracts (`contracts.py`), the bundled data reshaped into daily tables (`source
 (`baseline.py`). The lifecycle builds every stage from `USE_CASE` below.
 """
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from declare import (
     Automation,
+    Catalog,
     DailyPartitions,
     Day,
     DriftSettings,
@@ -152,8 +154,9 @@ USE_CASE = UseCase(
     ),
     # The seasonal-naive forecast: the same station's riders on the same weekday a week before.
     baseline="station_history__rides_lag_7d",
-    # A few thousand rows: small batches and more epochs than the flights' defaults.
-    training={"optim": {"batch_size": 32, "lr": 1e-3, "max_epochs": 200, "patience_epochs": 10}},
+    # Its named training configurations; `baseline` (a few thousand rows: small batches and more
+    # epochs than the flights') is what it trains unless a run names another.
+    configs=Catalog(Path(__file__).parent / "configs"),
     # The week-ago forecast is measured on the test rows and reported beside the model, but not
     # yet required: on a few months of 20 stations the MLP does not beat it (docs/usecases.md).
     gate=RegressionGatePolicy(require_baseline=False),
