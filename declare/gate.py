@@ -73,9 +73,10 @@ GATE_RULES = (
     ),
     GateRule(
         "beats_baseline",
-        "The challenger's RMSE is below the declared baseline forecast's.",
-        "the RMSE of the challenger and of the baseline forecast on the rows it covers",
-        tasks=("regression",),
+        "The challenger beats the declared naive baseline forecast on the rows it covers.",
+        "the ROC AUC (binary) or RMSE (regression) of the challenger and of the baseline forecast"
+        " on the rows it covers",
+        tasks=("binary", "regression"),
         policy_fields=("require_baseline",),
     ),
     GateRule(
@@ -126,6 +127,10 @@ class GatePolicy:
     """How far the ROC AUC of any slice value evaluated for both models may fall."""
     min_slice_rows: int = 200
     """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+    require_baseline: bool = False
+    """Whether beats_baseline is judged: the challenger's ROC AUC must be above the baseline
+    forecast's (a probability, e.g. the route's recent delay rate) on the rows the forecast
+    covers, and an evaluation without a baseline fails."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))

@@ -359,9 +359,10 @@ class UseCase:
     """The catalog entry trained unless a run names another: the launchpad's defaults, the
     nightly retrain, the drift sensor's retrain and `make run`."""
     baseline: str | None = None
-    """A column of the training set that is itself a naive forecast of the label (e.g. the same
-    entity's value a week before): evaluated beside the model on the same test rows, and, for a
-    regression, a model must beat it (`beats_baseline`)."""
+    """A column of the training set that is itself a naive forecast of the label (a regression's
+    label a week before; a binary label's probability, such as the route's recent delay rate):
+    evaluated beside the model on the same test rows, and by the default gate a model must beat
+    it (`beats_baseline`). None for a multiclass label."""
     automation: Automation = field(default_factory=Automation)
     """When the nightly run and the nightly retrain start, in the partitions' time zone."""
 
@@ -433,6 +434,10 @@ class UseCase:
                 )
         if self.label.task not in TASKS:
             raise _refuse(self.name, "label.task", f"{self.label.task!r} is not one of {TASKS}")
+        if self.baseline is not None and self.label.task == "multiclass":
+            raise _refuse(
+                self.name, "baseline", "a multiclass label has no one-column naive forecast"
+            )
         self._check_catalog()
         if self.gate is not None and self.gate.task != self.label.task:
             raise _refuse(
@@ -503,7 +508,7 @@ class UseCase:
             return RegressionGatePolicy(require_baseline=self.baseline is not None)
         if self.label.task == "multiclass":
             return MulticlassGatePolicy()
-        return GatePolicy()
+        return GatePolicy(require_baseline=self.baseline is not None)
 
     @property
     def timezone(self) -> str:

@@ -164,7 +164,7 @@ def evaluate_model(
 ) -> ModelEvaluation:
     """The model `run` trained, and `champion` (a version of the registered `model_name`), scored
     on the training set's test rows and judged by `policy` (slices of at least
-    `policy.min_slice_rows` rows, a regression also against the declared `baseline` column); the
+    `policy.min_slice_rows` rows, and against the declared `baseline` column's forecast); the
     gate's report is written beside the weights.
     Refuses (`EvaluationRefused`) a training set that changed since, an empty split, a model
     with NaN or infinite scores, and a champion that reads columns the set lacks."""

@@ -151,6 +151,7 @@ def decide(
             absolute_floor(challenger, policy),
             no_regression(challenger, champion, policy),
             no_slice_regression(challenger, champion, policy),
+            beats_baseline(challenger, policy),
         ]
     passed = all(r.passed for r in rules)
     return GateReport(
@@ -460,21 +461,27 @@ def regression_no_slice_regression(
     return RuleResult("no_slice_regression", not failures, summary, failures)
 
 
-def beats_baseline(challenger: Evaluation, policy: RegressionGatePolicy) -> RuleResult:
-    """When the policy requires it, the challenger's RMSE is below the baseline forecast's on
-    the rows the forecast covers; an evaluation without a baseline fails."""
+def beats_baseline(challenger: Evaluation, policy: GatePolicy | RegressionGatePolicy) -> RuleResult:
+    """When the policy requires it, the challenger beats the baseline forecast on the rows the
+    forecast covers: a higher ROC AUC (binary), a lower RMSE (regression); an evaluation without
+    a baseline fails."""
     comparison = challenger.baseline
     if comparison is None:
         if not policy.require_baseline:
             return RuleResult("beats_baseline", True, "not required by the policy")
         line = "the evaluation has no baseline to compare with"
         return RuleResult("beats_baseline", False, line, [line])
-    ours, theirs = _regression(comparison.model), _regression(comparison.baseline)
-    ok = ours.rmse < theirs.rmse  # False for NaN
-    line = (
-        f"rmse {_amount(ours.rmse)} {'<' if ok else 'not <'} the baseline's"
-        f" {_amount(theirs.rmse)} on the {theirs.rows:,} rows it covers"
-    )
+    if isinstance(policy, RegressionGatePolicy):
+        ours, theirs = _regression(comparison.model), _regression(comparison.baseline)
+        ok = ours.rmse < theirs.rmse  # False for NaN
+        mine, best, rows = ours.rmse, theirs.rmse, theirs.rows
+        line = f"rmse {_amount(mine)} {'<' if ok else 'not <'} the baseline's {_amount(best)}"
+    else:
+        ours_b, theirs_b = _binary(comparison.model), _binary(comparison.baseline)
+        ok = ours_b.roc_auc > theirs_b.roc_auc  # False for NaN
+        mine, best, rows = ours_b.roc_auc, theirs_b.roc_auc, theirs_b.rows
+        line = f"roc_auc {mine:.3f} {'>' if ok else 'not >'} the baseline's {best:.3f}"
+    line += f" on the {rows:,} rows it covers"
     if not policy.require_baseline:
         return RuleResult("beats_baseline", True, f"not required by the policy; {line}")
     return RuleResult("beats_baseline", ok, line, [] if ok else [line])

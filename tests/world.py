@@ -64,8 +64,9 @@ WINDOW = {"start": "2013-02-02", "validation_start": "2013-02-05", "test_start":
 MODEL = "flight_delay"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 GOOD = {"optim": {"max_epochs": 10, "batch_size": 64}}
-# Eight days are too few for the production floor; the tests are about mechanics, not accuracy.
-LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5}
+# Eight days are too few for the production floor, or to beat the route's 28-day delay rate
+# (the flights' baseline); the tests are about mechanics, not accuracy.
+LENIENT = {"min_roc_auc": 0.5, "max_calibration_error": 0.5, "require_baseline": False}
 
 
 @contextlib.contextmanager

@@ -61,7 +61,10 @@ LIFECYCLE_ASSETS = {
 }
 """The generic stages every use case gets, beside its own tables."""
 GATE_RULES = {
-    "binary": ("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+    "binary": (
+        *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+        "beats_baseline",
+    ),
     "regression": (
         *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
         "beats_baseline",

@@ -366,6 +366,29 @@ def test_beats_baseline_when_required_needs_a_lower_rmse_than_the_baseline():
     )
 
 
+def test_a_binary_model_must_rank_better_than_the_naive_forecast_when_required():
+    policy = GatePolicy(require_baseline=True)
+
+    def versus(naive: BinaryMetrics) -> Evaluation:
+        ours = metrics(rows=9_000)
+        return Evaluation(metrics(), [], [], BaselineComparison(baseline=naive, model=ours))
+
+    passed = decide(versus(metrics(rows=9_000, roc_auc=0.63)), None, policy)
+    assert passed.passed and passed.rule("beats_baseline").summary == (
+        "roc_auc 0.720 > the baseline's 0.630 on the 9,000 rows it covers"
+    )
+    for naive in (metrics(roc_auc=0.72), metrics(roc_auc=0.75), metrics(roc_auc=math.nan)):
+        failed = decide(versus(naive), None, policy)
+        assert not failed.passed and failed.decision == "reject"
+        assert failed.reasons == [failed.rule("beats_baseline").summary]
+    assert "not >" in decide(versus(metrics(roc_auc=0.75)), None, policy).reasons[0]
+    assert decide(evaluation(), None, policy).reasons == [
+        "the evaluation has no baseline to compare with"
+    ]
+    shown = decide(versus(metrics(roc_auc=0.75)), None, POLICY).rule("beats_baseline")
+    assert shown.passed and shown.summary.startswith("not required by the policy; roc_auc 0.720")
+
+
 def test_a_regression_report_survives_json_with_its_policy():
     champion = judged(errors(mae=math.nan), slices=[line("red")], baseline=errors(rmse=20.0))
     challenger = judged(errors(r2=math.nan), slices=[line("red"), line("blue", rows=12)])
@@ -455,7 +478,7 @@ def test_the_docs_hold_the_rules_table_as_the_registry_makes_it():
 def test_the_rules_table_names_every_rule_with_its_tasks_and_defaults():
     rows = {row.split(" | ")[0].strip("| `"): row for row in rules_table().splitlines()[2:]}
     assert list(rows) == [rule.name for rule in GATE_RULES]
-    assert "| `beats_baseline` | regression |" in rows["beats_baseline"]
+    assert "| `beats_baseline` | binary, regression |" in rows["beats_baseline"]
     assert "`require_baseline` = False" in rows["beats_baseline"]
     floor = rows["absolute_floor"]
     assert "binary: `min_roc_auc` = 0.65, `max_calibration_error` = 0.1;" in floor

@@ -63,6 +63,7 @@ USE_CASE = dataclasses.replace(
         table="flight_band_outcomes",
     ),
     registered_model="flight_delay_band",
+    baseline=None,  # the flights' is a probability of one outcome, not of a band
     # The default multiclass gate; a team that needs every band predicted sets min_class_recall.
     gate=MulticlassGatePolicy(),
 )

@@ -187,6 +187,10 @@ USE_CASE = UseCase(
         known_after=dt.timedelta(hours=6),
     ),
     registered_model="flight_delay",
+    # The naive forecast a model must beat (the default gate's beats_baseline): the share of the
+    # route's arrivals 15 minutes late or more over the 28 days before (its ROC AUC on `make
+    # run`'s test days: 0.635, against the model's 0.726).
+    baseline="route_history__delay_rate_28d",
     # Its named training configurations; `baseline` is what it trains unless a run names another.
     configs=Catalog(Path(__file__).parent / "configs"),
     # A day's flights are predicted the night before, from its schedule (published ahead):
