@@ -413,11 +413,12 @@ def run(
     with stages("train"):
         import torch
 
+        from ml.catalog import entry_settings
         from ml.config import TrainConfig
         from ml.train import Ranks, train
 
         torch.set_num_threads(threads)
-        defaults = TrainConfig.from_dict(dict(case.training))
+        defaults = entry_settings(case.configs.entry(case.config))  # what make run trains
         settings = TrainConfig.from_dict(
             {
                 **defaults.to_dict(),
