@@ -11,7 +11,8 @@ import dagster as dg
 from assets import asset_key, dagster_metadata, result_type
 from assets.config import config_class
 from assets.pods import TRAINING as TRAINING_POD
-from declare import UseCase
+from declare import CatalogError, UseCase
+from ml.catalog import SET_BY_THE_RUN, entry_settings
 from ml.config import TrainConfig
 from ml.results import TrainedRun
 from resources.launchers import TrainingLauncher
@@ -24,11 +25,12 @@ if TYPE_CHECKING:
 TRAINING = "training"
 
 
-SET_BY_THE_ASSET = ("training_set", "output_dir", "label", "task", "feature_service")
-"""TrainConfig fields the asset fills in itself: its input's file, the run's folder, and what the
-use case declares (label, task, FeatureService); and the record of the catalog entry
-(`catalog.sha256`, `catalog.overridden`), of which a run names only the entry."""
-RECORDED = ("sha256", "overridden")
+SET_BY_THE_ASSET = tuple(
+    name.rsplit(".", 1)[-1] for name in SET_BY_THE_RUN if name != "catalog.name"
+)
+"""TrainConfig fields left out of the launchpad (`ml.catalog.SET_BY_THE_RUN`): its input's file,
+the run's folder, what the use case declares (label, task, FeatureService), and the record of the
+catalog entry, of which a run names only the entry (`catalog.name`)."""
 
 
 def trained_model_config(case: UseCase) -> type[dg.Config]:
@@ -36,9 +38,6 @@ def trained_model_config(case: UseCase) -> type[dg.Config]:
     case's default catalog entry's (`UseCase.config`), and `catalog.name`, the entry a run starts
     from (`ml.catalog.resolve`). Every entry of the catalog is checked here, as the definitions
     load."""
-    from declare import CatalogError
-    from ml.catalog import entry_settings
-
     try:
         for entry in case.configs.entries():
             entry_settings(entry)
@@ -49,7 +48,7 @@ def trained_model_config(case: UseCase) -> type[dg.Config]:
         TrainConfig,
         f"TrainedModelConfig_{case.name}",
         defaults,
-        skip=(*SET_BY_THE_ASSET, *RECORDED),
+        skip=SET_BY_THE_ASSET,
     )
 
 

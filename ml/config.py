@@ -96,7 +96,7 @@ class CatalogRef:
     read by training."""
 
     name: str = ""
-    """The use case's catalog entry the run starts from (`<use case>/configs/<name>.yaml`);
+    """The use case's catalog entry the run starts from (`<use case>/configs/<name>.toml`);
     empty outside a use case. The launchpad's other fields default to the use case's default
     entry: those left so come from the entry named here (`ml.catalog.resolve`)."""
     sha256: str = ""
@@ -190,14 +190,11 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def from_args(args: argparse.Namespace) -> TrainConfig:
-    values: dict[str, Any] = {}
-    for name, kind, _, _ in _leaves(TrainConfig, TrainConfig(), ""):
-        node = values
-        *sections, leaf = name.split(".")
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[leaf] = _parse(getattr(args, name), kind, name)
-    return TrainConfig.from_dict(values)
+    values = {
+        name: _parse(getattr(args, name), kind, name)
+        for name, kind, _, _ in _leaves(TrainConfig, TrainConfig(), "")
+    }
+    return TrainConfig.from_dict(nested(values))
 
 
 def to_args(config: TrainConfig) -> list[str]:
