@@ -190,8 +190,14 @@ class Summary:
                 f"  model: {trained.get('world_size')} process(es), {trained.get('precision')},"
                 f" best epoch {trained.get('best_epoch')} of {trained.get('epochs')},"
                 f" {_number(trained.get('samples_per_s'), '.0f')} samples/s",
-                f"    config:   {trained.get('config')} from the catalog, the run changed"
-                f" {trained.get('config_overridden')}",
+                *(
+                    [
+                        f"    config:   {trained['config']} from the catalog, the run changed"
+                        f" {trained.get('config_overridden', 'none')}"
+                    ]
+                    if trained.get("config")
+                    else []
+                ),
                 f"    layout:   {trained.get('layout')}",
                 f"    weights:  {weights}",
                 f"    manifest: {weights.parent / 'manifest.json'}",
