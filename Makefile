@@ -13,12 +13,13 @@ ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
 export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
 
-.PHONY: help venv instance run test test-unit dev mlflow bench lineage lint lock clean
+.PHONY: help venv instance run tune test test-unit dev mlflow bench lineage lint lock clean
 
 help:
 	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
 	@echo "make test   set up .venv, then run the test suite (all but gpu)"
 	@echo "make test-unit  the unit tier alone (tests/unit), in under a minute"
+	@echo "make tune  a hyperparameter study on make run's training set (TRIALS=, WORKERS=, SAVE_AS=)"
 	@echo "make dev    open the Dagster UI on http://127.0.0.1:3000"
 	@echo "make mlflow open the MLflow UI on http://127.0.0.1:5000 (training runs)"
 	@echo "make bench  print the performance ratios (docs/benchmarks.md)"
@@ -77,6 +78,15 @@ DEV_WARNINGS := ignore:Function `dev_command` is superseded
 # Under cli.stops: Ctrl-C or SIGTERM reaches `dagster dev` once, as one SIGINT, and it shuts
 # its webserver and daemon down; anything left 12 s later is killed (cli/stops.py says why).
 DEV_PORT ?= 3000
+# A hyperparameter study on the training set `make run` built (USE_CASE as above): TRIALS, WORKERS
+# (side by side), START (the catalog entry trials start from), STUDY (a name: resumes it) and
+# SAVE_AS (the best settings saved as that new catalog entry) override the declared ones.
+tune: $(ENV_STAMP) instance
+	$(BIN)/python -m cli.tune $(if $(USE_CASE),--use-case $(USE_CASE)) \
+	  $(if $(TRIALS),--trials $(TRIALS)) $(if $(WORKERS),--workers $(WORKERS)) \
+	  $(if $(START),--start $(START)) $(if $(STUDY),--study $(STUDY)) \
+	  $(if $(SAVE_AS),--save-best-as $(SAVE_AS))
+
 dev: $(ENV_STAMP) instance
 	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/python -m cli.stops \
 	  $(BIN)/dagster dev -w workspace.yaml --host 127.0.0.1 --port $(DEV_PORT)

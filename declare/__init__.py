@@ -18,6 +18,14 @@ from declare.gate import (
     RegressionGatePolicy,
 )
 from declare.policies import Automation, DecayPolicy, DriftSettings, LineRule, Revisions
+from declare.search import (
+    DEFAULT_SPACE,
+    Choice,
+    FloatRange,
+    IntRange,
+    SearchError,
+    SearchPolicy,
+)
 from declare.usecase import (
     PREDICTED_AT,
     SPLIT_DAYS,
@@ -40,6 +48,7 @@ from declare.usecase import (
 
 __all__ = [
     "BASELINE",
+    "DEFAULT_SPACE",
     "GATE_RULES",
     "PREDICTED_AT",
     "SPLIT_DAYS",
@@ -47,6 +56,7 @@ __all__ = [
     "Automation",
     "Catalog",
     "CatalogError",
+    "Choice",
     "ColumnRule",
     "DailyPartitions",
     "Day",
@@ -57,8 +67,10 @@ __all__ = [
     "EventTable",
     "FeatureInput",
     "FeatureTableSpec",
+    "FloatRange",
     "GatePolicy",
     "GateRule",
+    "IntRange",
     "Label",
     "LineRule",
     "Lookup",
@@ -67,6 +79,8 @@ __all__ = [
     "Prediction",
     "RegressionGatePolicy",
     "Revisions",
+    "SearchError",
+    "SearchPolicy",
     "Slice",
     "TableContract",
     "Trailing",

@@ -16,6 +16,7 @@ from declare.catalog import BASELINE, Catalog, CatalogError
 from declare.contracts import TableContract
 from declare.gate import TASKS, GatePolicy, MulticlassGatePolicy, Policy, RegressionGatePolicy
 from declare.policies import Automation, DecayPolicy, DriftSettings, Revisions
+from declare.search import SearchPolicy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -363,6 +364,9 @@ class UseCase:
     label a week before; a binary label's probability, such as the route's recent delay rate):
     evaluated beside the model on the same test rows, and by the default gate a model must beat
     it (`beats_baseline`). None for a multiclass label."""
+    search: SearchPolicy = field(default_factory=SearchPolicy)
+    """What a study of its training tries (`declare.search`, `ml.tune`): the settings searched,
+    the number of trials and how many run side by side."""
     automation: Automation = field(default_factory=Automation)
     """When the nightly run and the nightly retrain start, in the partitions' time zone."""
 

@@ -474,3 +474,36 @@ def training_telemetry(
         return _png(figure)
     finally:
         plt.close(figure)
+
+
+def optimization_history(values: Sequence[tuple[int, float]]) -> bytes:
+    """A study's completed trials, (number, validation loss) in order: each trial's loss as a
+    point and the best so far as a step line."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6, 3.5), dpi=100)
+    try:
+        numbers = [number for number, _ in values]
+        losses = np.array([loss for _, loss in values], dtype=float)
+        axes.plot(numbers, losses, "o", label="trial")
+        axes.step(numbers, np.minimum.accumulate(losses), where="post", label="best so far")
+        axes.set_xlabel("trial")
+        axes.set_ylabel("validation loss")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+def importances(shares: Mapping[str, float]) -> bytes:
+    """Each searched setting's share of the loss's variance (Optuna's fANOVA), largest on top."""
+    ordered = sorted(shares.items(), key=lambda item: item[1])
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6, 0.5 + 0.4 * len(ordered)), dpi=100)
+    try:
+        axes.barh([name for name, _ in ordered], [share for _, share in ordered])
+        axes.set_xlabel("importance (share of the validation loss's variance)")
+        axes.grid(alpha=0.3, axis="x")
+        return _png(figure)
+    finally:
+        plt.close(figure)

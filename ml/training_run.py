@@ -141,15 +141,24 @@ def plan_training(
     `TrainConfig` field but the asset's own, from the launchpad) over the catalog entry they
     name (`ml.catalog.resolve`), with what the use case declares (label, task, feature service);
     `dagster_run` links the run that trains."""
-    chosen_settings = catalog.resolve(case.configs, case.config, chosen)
+    return plan_settings(
+        case, catalog.resolve(case.configs, case.config, chosen), training_set, output, dagster_run
+    )
+
+
+def plan_settings(
+    case: UseCase, chosen: TrainConfig, training_set: Path, output: Path, dagster_run: str
+) -> TrainingPlan:
+    """`plan_training` of settings already resolved (a study's trial, `ml.tune.trial_settings`):
+    with what the use case declares, its input and its folder."""
     data = replace(
-        chosen_settings.data,
+        chosen.data,
         label=case.label.column,
         task=case.label.task,
         feature_service=case.feature_service,
         training_set=str(training_set),
     )
-    settings = replace(chosen_settings, data=data, output_dir=str(output))
+    settings = replace(chosen, data=data, output_dir=str(output))
     return TrainingPlan(settings, training_set, case.registered_model, dagster_run)
 
 

@@ -27,6 +27,7 @@ from assets.inference import inference_assets
 from assets.ingestion import dimension_assets, source_key
 from assets.monitoring import monitoring_assets
 from assets.training import training_assets
+from assets.tuning import tuning_assets
 from assets.validation import event_table_assets
 from declare import UseCase
 from declare.references import check_repository, check_source
@@ -49,6 +50,7 @@ from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry
 from resources.serving import ModelServing
 from resources.sources import DropFolderSource, RawSource
+from resources.studies import StudyStorage
 from usecases import USE_CASES
 
 DEFAULTS = Settings()
@@ -125,6 +127,7 @@ def local_resources(settings: Settings) -> dict[str, object]:
         "launcher": launcher(settings),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
+        "studies": StudyStorage(url=f"journal:{home / 'studies' / 'journal.log'}"),
     }
 
 
@@ -152,6 +155,7 @@ def production_resources(settings: Settings) -> dict[str, object]:
         "launcher": launcher(settings),
         "mlflow": registry,
         "serving": ModelServing(registry=registry, cache_dir=str(home / "models" / "serving")),
+        "studies": StudyStorage(url=dg.EnvVar("ML_LIFECYCLE_STUDY_STORAGE_URL")),
     }
 
 
@@ -225,6 +229,7 @@ def use_case_definitions(
         *event_table_assets(case, settings.days_per_run),
         *feature_assets(case, settings.days_per_run),
         *training_assets(case),
+        *tuning_assets(case),
         *evaluation_assets(case),
         *deployment_assets(case),
         *inference_assets(case),

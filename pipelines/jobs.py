@@ -213,6 +213,17 @@ def build_jobs(case: UseCase) -> list[Job]:
             tags=run_limits(max_runtime_s=4 * HOUR, run_retries=1),
         ),
         dg.define_asset_job(
+            definition_name(case, "tune"),
+            selection=_assets(case, "study"),
+            description=(
+                f"A hyperparameter study on the latest training set: {case.search.trials} trials"
+                f" by default, up to {case.search.workers} side by side, each a training logged"
+                " to MLflow under the study's run; pruned when its validation loss lags. Run"
+                " again with the same study name, it resumes (config: ops → study)."
+            ),
+            tags=run_limits(max_runtime_s=12 * HOUR, run_retries=1),
+        ),
+        dg.define_asset_job(
             definition_name(case, "score_day"),
             selection=_assets(case, *SCORING),
             description=(

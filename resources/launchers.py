@@ -34,10 +34,23 @@ FORWARD_EVERY_S = 0.5
 STOP_GRACE_S = 8.0
 """How long a stopped or cancelled step waits for the node's processes to end on SIGTERM
 before it kills them (`make run` promises a stop within 15 s)."""
+TRIAL_STOP_POLL_S = 0.2
+"""How often a trial's training checks whether its study stopped it (pruned)."""
 PREEMPTED_RETRIES = 5
 """How many times in all a step is retried after its training was preempted (SIGTERM, then a
 checkpoint: `ml.exits.EXIT_PREEMPTED`). Each retry resumes from the checkpoint the stopped one
 wrote, so a preemption costs a restart, not the work done."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSlot:
+    """A study's trial as a launcher runs it (`ml.tune`): the share of the machine it trains
+    on, and the event its study sets when it must stop (pruned)."""
+
+    number: int
+    processes: int
+    threads: int
+    stop: threading.Event
 
 
 class TrainingLauncher(dg.ConfigurableResource, ABC):
@@ -61,6 +74,22 @@ class TrainingLauncher(dg.ConfigurableResource, ABC):
     ) -> dg.MaterializeResult:
         """Train, handing rank 0's custom messages to `on_message` as they come (launchers that
         read them only at the end say so); what rank 0 reported at the end."""
+
+    def trial_slots(self, workers: int) -> int:
+        """How many of `workers` trials of a study this launcher runs side by side: here one
+        at a time (`launch_trial` is `launch`, so a pruned trial is only known pruned when it
+        ends)."""
+        return 1
+
+    def launch_trial(
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None,
+        slot: TrialSlot,
+    ) -> dg.MaterializeResult:
+        """Train a study's trial as `launch` trains (in `slot`, where the launcher can)."""
+        return self.launch(context, config, on_message)
 
 
 class LocalTorchrun(TrainingLauncher):
@@ -128,17 +157,46 @@ class LocalTorchrun(TrainingLauncher):
         reason = f"chosen by measurement: {chosen.reason}"
         return chosen.processes, chosen.threads_per_process, chosen.config(config), reason
 
+    def trial_slots(self, workers: int) -> int:
+        """Up to one trial per core side by side: each trains on cores / trials threads."""
+        return max(1, min(workers, len(os.sched_getaffinity(0))))
+
+    def launch_trial(
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None,
+        slot: TrialSlot,
+    ) -> dg.MaterializeResult:
+        """A trial in its slot of the machine; its node is killed when `slot.stop` is set, and
+        `ml.tune.Stopped` raised."""
+        layout = (slot.processes, slot.threads, f"trial {slot.number}'s share of the cores")
+        return self._launch(context, config, on_message, layout, slot.stop)
+
     def launch(
         self,
         context: dg.AssetExecutionContext,
         config: TrainConfig,
         on_message: MessageHandler | None = None,
     ) -> dg.MaterializeResult:
-        check_here(config, self.processes or 1)  # before any process, the layout's probes too
+        return self._launch(context, config, on_message)
+
+    def _launch(
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None,
+        given: tuple[int, int, str] | None = None,
+        stop: threading.Event | None = None,
+    ) -> dg.MaterializeResult:
+        check_here(config, given[0] if given else self.processes or 1)  # before any process
         resumed = self.resume_earlier_attempt(config)
         if resumed is not None:
             context.log.info(f"resuming from {resumed}, left by an earlier run that did not end")
-        processes, threads, config, why = self.layout(context, config)
+        if given is None:
+            processes, threads, config, why = self.layout(context, config)
+        else:
+            processes, threads, why = given
         command = [*local_command(processes, self.max_restarts), "-m", "ml.train", *to_args(config)]
         env = {
             **os.environ,
@@ -157,8 +215,15 @@ class LocalTorchrun(TrainingLauncher):
             forwarding(session, on_message),
         ):
             code, last_error = _run(
-                command, {**env, **session.get_bootstrap_env_vars()}, umask_for(self.file_mode)
+                command,
+                {**env, **session.get_bootstrap_env_vars()},
+                umask_for(self.file_mode),
+                stop,
             )
+            if stop is not None and stop.is_set():
+                from ml.tune import Stopped
+
+                raise Stopped(f"stopped by its study (exit {code})")
             if code == EXIT_PREEMPTED:
                 context.log.warning(
                     "training was preempted and wrote its checkpoint: retried from it"
@@ -212,10 +277,13 @@ def forwarding(session: dg.PipesSession, on_message: MessageHandler | None) -> I
         hand_on()
 
 
-def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]:
+def _run(
+    command: list[str], env: dict[str, str], umask: int, stop: threading.Event | None = None
+) -> tuple[int, str]:
     """Run the node to its end under `umask`, its stderr echoed to the step's log; the exit code
     and the last error it logged. A cancelled step stops every process of the node (torchrun
-    and its workers share a new session), not just torchrun."""
+    and its workers share a new session), not just torchrun; so does `stop`, once set (a pruned
+    trial: killed at once, nothing of it is kept)."""
     process = subprocess.Popen(
         command,
         env=env,
@@ -226,6 +294,8 @@ def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]
         preexec_fn=_terminate_with_parent,
     )
     errors: deque[str] = deque(maxlen=1)
+    if stop is not None:
+        threading.Thread(target=_kill_when, args=(process, stop), daemon=True).start()
     try:
         assert process.stderr is not None
         for line in process.stderr:
@@ -240,6 +310,14 @@ def _run(command: list[str], env: dict[str, str], umask: int) -> tuple[int, str]
         except subprocess.TimeoutExpired:
             _kill_group(process, signal.SIGKILL)
         raise
+
+
+def _kill_when(process: subprocess.Popen, stop: threading.Event) -> None:
+    """Kill the node's processes when `stop` is set before it ends."""
+    while process.poll() is None:
+        if stop.wait(TRIAL_STOP_POLL_S):
+            _kill_group(process, signal.SIGKILL)
+            return
 
 
 def _terminate_with_parent() -> None:

@@ -35,6 +35,8 @@ NOTE_TAG = "mlflow.note.content"
 """The run tag MLflow's UI shows as the run's description."""
 DAGSTER_RUN_TAG = "dagster_run_id"
 """The tag of a run, and of a version, naming the Dagster run that logged it."""
+PARENT_RUN_TAG = "mlflow.parentRunId"
+"""What nests a run under another in the MLflow UI (a study's trials under the study)."""
 SOURCE_TAGS = ("mlflow.source.name", "mlflow.source.type")
 """The run tags MLflow's UI shows as the run's Source: what logged it, and its kind."""
 ML_VIEW = "workflowType=machine_learning"
@@ -287,11 +289,12 @@ class LiveRun:
         self._end(client, run, "FINISHED")
         return run
 
-    def fail(self) -> None:
-        """End the run as FAILED (its work failed); a run never created is left alone."""
+    def fail(self, status: str = "FAILED") -> None:
+        """End the run as FAILED (its work failed), or KILLED (it was stopped: a pruned trial);
+        a run never created is left alone."""
         self._pool.shutdown()
         if self._created.exception() is None:
-            self._end(*self._created.result(), "FAILED")
+            self._end(*self._created.result(), status)
 
     def _end(self, client: Any, run: TrackedRun, status: str) -> None:
         if not self._ended:

@@ -168,6 +168,7 @@ def production_variables(home: Path, names: Mapping[str, str]) -> dict[str, str]
         "FEAST_REDIS_URL": f"{host}:{port},db={REDIS_DB}",
         "MLFLOW_TRACKING_URI": postgres_url(names["mlflow"], "postgresql"),
         "MLFLOW_ARTIFACT_ROOT": (home / "mlflow-artifacts").as_uri(),
+        "ML_LIFECYCLE_STUDY_STORAGE_URL": postgres_url(names["optuna"], "postgresql"),
     }
 
 
@@ -222,7 +223,7 @@ def built_production(
     shutil.copyfile(REPO / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
     redis = redis_client()
     redis.flushdb()
-    with databases("dagster", "feast", "mlflow") as names:
+    with databases("dagster", "feast", "mlflow", "optuna") as names:
         variables = production_variables(home, names)
         with mock.patch.dict(os.environ, variables):
             resources = production_resources(Settings.from_env())

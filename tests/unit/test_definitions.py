@@ -52,6 +52,7 @@ LIFECYCLE_ASSETS = {
     "online_features",
     "training_set",
     "trained_model",
+    "study",
     "model_evaluation",
     "onnx_model",
     "registered_model",
@@ -185,7 +186,10 @@ def test_definitions_load_with_each_use_cases_graph_jobs_and_checks():
 
 
 GROUPS = LIFECYCLE_GROUPS
-KINDS = {"pandas", "great_expectations", "feast", "pytorch", "onnx", "mlflow", "parquet", "sqlite"}
+KINDS = {
+    *("pandas", "great_expectations", "feast", "pytorch", "onnx", "mlflow", "parquet", "sqlite"),
+    "optuna",
+}
 
 
 def test_every_asset_has_a_group_kinds_an_owner_a_description_and_a_code_version():

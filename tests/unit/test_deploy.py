@@ -285,6 +285,7 @@ def test_every_asset_op_asks_for_its_pod():
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_step_jobs_validate_and_only_training_asks_for_a_gpu(version):
+    """Training and a study's trials (torchrun in the step's pod) ask for a GPU; nothing else."""
     for name, tags in asset_ops().items():
         job = step_job(tags, name)
         kubernetes_validate.validate(job, desired_version=version, strict=True)
@@ -292,7 +293,8 @@ def test_step_jobs_validate_and_only_training_asks_for_a_gpu(version):
         resources = container["resources"]
         assert resources["requests"] == resources["limits"], name
         gpus = resources["limits"].get("nvidia.com/gpu")
-        assert (gpus is not None) == name.endswith("__trained_model"), name
+        trains = name.endswith(("__trained_model", "__study"))  # a study's trials train
+        assert (gpus is not None) == trains, name
     name = "flights__trained_model"
     training = step_job(asset_ops()[name], name)["spec"]["template"]["spec"]
     assert training["tolerations"][0]["key"] == "nvidia.com/gpu"

@@ -22,11 +22,12 @@ GENERIC = ("cli", "pipelines", "assets", "resources", "ml")
 
 EVERYDAY_WORDS = {
     *("date", "day", "hour", "minute", "month", "time", "year"),
-    *("temp", "dest", "distance", "cancelled"),
+    *("temp", "dest", "distance", "cancelled", "origin"),
 }
 """Column names that are also everyday words of generic code (a partition's `day`, the `time`
 module, a `temp` file, argparse's `dest`): a use case may name a column so without making every
-module that says the word specific (`distance` of bins, a `cancelled` run). Everything else a use
+module that says the word specific (`distance` of bins, a `cancelled` run, a catalog entry's
+`origin`, a backtest's rolling origins). Everything else a use
 case declares counts."""
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
