@@ -29,7 +29,10 @@ from benchmarks.harness import REPEATS, Ratio, as_json, measure, median
 from benchmarks.training_speed import wait_for_quiet
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
-IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P14")
+IDS = (
+    *("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P14"),
+    "P17",
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class Sizes:
     """P14's training set (2,100 train rows): one epoch of the widest case in seconds."""
     capacity_cases: int = 9
     """P14's cases (`benchmarks.capacity_error.CASES`), from the first."""
+    study_trials: int = 8
+    study_epochs: int = 3
+    """P17's study: trials of this many epochs each (no early stop), on `training_rows`."""
     smoke: bool = False
 
 
@@ -90,6 +96,8 @@ SMOKE = Sizes(
     endtoend_blocks=1,
     capacity_rows=600,
     capacity_cases=1,
+    study_trials=2,
+    study_epochs=1,
     smoke=True,
 )
 """Toy sizes: each benchmark's whole path in seconds. P2 runs `make run` once, at 2x rows of
@@ -466,6 +474,28 @@ def p14_capacity(sizes: Sizes) -> list[Ratio]:
     return ratios
 
 
+def p17_study(data: Path, sizes: Sizes) -> Ratio:
+    """A study's wall, its trials 2 side by side against one at a time: the `study` asset on
+    the synthetic training set (`benchmarks.study_speed`), the sides taking turns. The same
+    trials on both sides: the same values (a seeded random start) and the same layout (a core
+    each, as the study declares 2 workers), each the same number of epochs."""
+    argv = ["-m", "benchmarks.study_speed", "--data", str(data)]
+    argv += ["--trials", str(sizes.study_trials), "--epochs", str(sizes.study_epochs)]
+    sides = {workers: [*argv, "--workers", workers] for workers in ("2", "1")}
+    runs = alternated(sides, sizes, sizes.few)
+    for two, one in zip(runs["2"], runs["1"], strict=True):
+        if two["best_validation_loss"] != one["best_validation_loss"]:
+            raise RuntimeError(f"P17: the two sides trained different trials: {two} against {one}")
+    return Ratio.judged(
+        "P17",
+        f"a study's wall, {sizes.study_trials} trials, 2 side by side ÷ 1 at a time",
+        median(runs["2"], "seconds"),
+        median(runs["1"], "seconds"),
+        paired(runs["2"], runs["1"], "seconds"),
+        "<= 0.6",
+    )
+
+
 HEADER = "id   ratio" + " " * 56 + "value   target          (numerator / denominator)"
 
 
@@ -524,7 +554,7 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
                 table.add(p4_retrieval(Path(home), sizes))
             if "P5" in wanted:
                 table.add(p5_materialization(Path(home), sizes))
-    if wanted & {"P6", "P7", "P8", "P13"}:
+    if wanted & {"P6", "P7", "P8", "P13", "P17"}:
         with tempfile.TemporaryDirectory(prefix="bench-training-") as folder:
             data = Path(folder) / "training_set.parquet"
             subprocess.run(
@@ -547,6 +577,9 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
             if "P13" in wanted:
                 with table.part("P13"):
                     table.add(p13_fsdp(data, sizes))
+            if "P17" in wanted:
+                with table.part("P17"):
+                    table.add(p17_study(data, sizes))
     if wanted & {"P9", "P10", "P11"}:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as folder:
             subprocess.run(

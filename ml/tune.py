@@ -342,13 +342,13 @@ class _Work:
         while True:
             with self.lock:
                 self.fail_stale()
-                trial = self.next_trial()
-                if trial is None and self.finished() >= self.spec.target:
+                asked = self.next_trial()
+                if asked is None and self.finished() >= self.spec.target:
                     return
-            if trial is None:  # the rest run elsewhere; one may yet stop beating
+            if asked is None:  # the rest run elsewhere; one may yet stop beating
                 time.sleep(self.spec.heartbeat_s)
                 continue
-            self.run(trial)
+            self.run(*asked)
 
     def counted(self) -> list[Any]:
         return [t for t in self.study.get_trials(deepcopy=False) if not t.user_attrs.get(REPLACED)]
@@ -356,7 +356,10 @@ class _Work:
     def finished(self) -> int:
         return sum(t.state.is_finished() for t in self.counted())
 
-    def next_trial(self) -> "optuna.Trial | None":
+    def next_trial(self) -> "tuple[optuna.Trial, dict[str, Any]] | None":
+        """A new trial and its values, or None when the study has all the trials it needs.
+        Called under the lock: its values are drawn in the order trials are asked for, so a
+        seeded study's random start is the same however many workers draw from it."""
         from optuna.trial import TrialState
 
         counted = self.counted()
@@ -365,7 +368,7 @@ class _Work:
             return None
         trial = self.study.ask()
         self.beat(trial.number)
-        return trial
+        return trial, {p.setting: decode(p, _suggest(trial, p)) for p in self.spec.policy.space}
 
     def trial_id(self, number: int) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
@@ -401,11 +404,10 @@ class _Work:
             if again:
                 self.study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
 
-    def run(self, trial: "optuna.Trial") -> None:
+    def run(self, trial: "optuna.Trial", params: dict[str, Any]) -> None:
         from optuna.trial import TrialState
 
         retry = trial.user_attrs.get(RETRY_OF)
-        params = {p.setting: decode(p, _suggest(trial, p)) for p in self.spec.policy.space}
         stop, pruned, done = threading.Event(), threading.Event(), threading.Event()
         beating = threading.Thread(target=self.keep_beating, args=(trial.number, done), daemon=True)
         beating.start()

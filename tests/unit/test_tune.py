@@ -169,6 +169,9 @@ def test_two_workers_run_trials_side_by_side(tmp_path):
     result = tune.run_study(spec(tmp_path, workers=2), catalogue, together, print)
     assert most[0] == 2 and len(result.trials) == 4
     assert all(t.state == "COMPLETE" for t in result.trials)
+    # Its random start is drawn in the order trials are asked for: the same as one worker's.
+    alone = tune.run_study(spec(tmp_path, "alone"), catalogue, quick, print)
+    assert [t.params for t in alone.trials] == [t.params for t in result.trials]
 
 
 def test_the_best_config_is_saved_to_the_catalog_with_its_study(tmp_path):
