@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import feast  # noqa: F401  # its warning filter first, as in cli.run
 
     warnings.filterwarnings("ignore", message="The `__fields__` attribute is deprecated")
+    # Dagster's own Pipes session, opened by each trial from a thread: not ours to change.
+    warnings.filterwarnings("ignore", message="AssetExecutionContext.run_id is deprecated")
+    warnings.filterwarnings("ignore", message="Function `PipesMessageReader.expected_writer")
     import dagster as dg
 
     from assets import asset_key

@@ -69,6 +69,11 @@ class ModelConfig:
     options: str = ""
     """A team's own network only: a JSON object passed to its constructor as `options` (e.g.
     `{"width": 256}`); empty: no `options` argument."""
+    offset: str = ""
+    """A regression only: a numeric feature that is itself a forecast of the label, in its units
+    (a seasonal-naive column); the network's output is added to it, so the network learns the
+    label's difference from that forecast (`ml.model.Offset`; in the served graph too). Where
+    the column is missing, its train-split mean stands in. Empty: no offset."""
 
     @property
     def ffn_hidden(self) -> int:

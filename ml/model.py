@@ -51,6 +51,35 @@ def build_model(
     return team_model(config, numeric_width, cardinalities, outputs)
 
 
+class Offset(nn.Module):
+    """A regression network that corrects a forecast among its inputs: numeric input `index`
+    (that forecast, standardized as a feature) mapped into the label's standardized units,
+    `scale` * x + `shift`, plus `gain` times `net`'s output. `gain` is learned and starts at 0
+    (as ReZero's residual weights do), so training starts from the forecast itself and moves
+    away from it only as far as the loss says. A missing forecast is imputed to the feature's
+    mean (0 standardized), so there the forecast is that mean. The mapping is two constants
+    (buffers), traced into ONNX with the rest."""
+
+    scale: torch.Tensor
+    shift: torch.Tensor
+
+    def __init__(self, net: nn.Module, index: int, scale: float, shift: float) -> None:
+        super().__init__()
+        self.net = net
+        self.index = index
+        self.gain = nn.Parameter(torch.zeros(1))  # one element, not a scalar: FSDP shards dim 0
+        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
+        self.register_buffer("shift", torch.tensor(shift, dtype=torch.float32))
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        forecast = numeric[:, self.index] * self.scale + self.shift
+        return forecast + self.gain * self.net(numeric, categorical)
+
+    def shard_units(self) -> list[nn.Module]:
+        """The wrapped network's units."""
+        return shard_units(self.net)
+
+
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The submodules FSDP shards one by one (module docstring): `model.shard_units()` when it
     defines it, else the modules of `model.blocks` when that is an `nn.ModuleList`, else none."""

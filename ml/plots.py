@@ -496,13 +496,14 @@ def optimization_history(values: Sequence[tuple[int, float]]) -> bytes:
 
 
 def importances(shares: Mapping[str, float]) -> bytes:
-    """Each searched setting's share of the loss's variance (Optuna's fANOVA), largest on top."""
+    """Each searched setting's importance, as Optuna's default evaluator (PED-ANOVA) measures
+    it, largest on top."""
     ordered = sorted(shares.items(), key=lambda item: item[1])
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6, 0.5 + 0.4 * len(ordered)), dpi=100)
     try:
         axes.barh([name for name, _ in ordered], [share for _, share in ordered])
-        axes.set_xlabel("importance (share of the validation loss's variance)")
+        axes.set_xlabel("importance (PED-ANOVA)")
         axes.grid(alpha=0.3, axis="x")
         return _png(figure)
     finally:

@@ -59,8 +59,27 @@ def check(config: TrainConfig) -> None:
             f"training set {config.data.training_set}: the multiclass label"
             f" {config.data.label!r} holds {kind}, not class names (text or integers)"
         )
+    if config.model.offset:
+        check_offset(config, schema)
     if team_network(config.model.architecture) is not None:
         check_team_network(config, schema)
+
+
+def check_offset(config: TrainConfig, schema: Any) -> None:
+    """`model.offset` names a numeric column of the training set, for a regression label."""
+    import pyarrow as pa
+
+    column, where = config.model.offset, config.data.training_set
+    if config.data.task != REGRESSION.name:
+        raise ValueError(
+            f"model.offset={column!r}: an offset is a forecast of a regression's label; the"
+            f" task is {config.data.task}"
+        )
+    if column not in schema.names:
+        raise ValueError(f"model.offset={column!r}: training set {where} has no such column")
+    kind = schema.field(column).type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        raise ValueError(f"model.offset={column!r}: holds {kind} in {where}, not numbers")
 
 
 def check_team_network(config: TrainConfig, schema: Any) -> None:

@@ -46,9 +46,10 @@ from ml.exits import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import Metrics, binary_metrics, multiclass_metrics, regression_metrics
-from ml.model import build_model
+from ml.model import Offset, build_model
 from ml.preemption import Preempted, Preemption
 from ml.preflight import check, config_of
+from ml.results import Refused
 from ml.task import BINARY, MULTICLASS, REGRESSION, task_named
 
 log = logging.getLogger("ml.train")
@@ -383,10 +384,28 @@ def load_trained(folder: Path) -> Trained:
 
 
 def network(preprocessor: Preprocessor, config: TrainConfig) -> nn.Module:
-    """The untrained network `config.model` names, shaped for `preprocessor`'s inputs and task."""
-    return build_model(
+    """The untrained network `config.model` names, shaped for `preprocessor`'s inputs and task;
+    added to the forecast `config.model.offset` names, when it names one (`ml.model.Offset`)."""
+    net = build_model(
         preprocessor.numeric_width, preprocessor.cardinalities, preprocessor.outputs, config.model
     )
+    column = config.model.offset
+    if not column:
+        return net
+    target = preprocessor.target
+    if target is None:
+        raise Refused(
+            f"model.offset={column!r}: an offset is a forecast of a regression's label; this"
+            f" label is {preprocessor.task.name}"
+        )
+    if column not in preprocessor.numeric:
+        raise Refused(
+            f"model.offset={column!r}: not a numeric feature of the training set; its numeric"
+            f" features are {preprocessor.numeric}"
+        )
+    index = preprocessor.numeric.index(column)
+    mean, std = preprocessor.mean[index], preprocessor.std[index]
+    return Offset(net, index, std / target.std, (mean - target.mean) / target.std)
 
 
 def scores(outputs: torch.Tensor, preprocessor: Preprocessor) -> torch.Tensor:

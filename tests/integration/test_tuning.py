@@ -71,7 +71,7 @@ def case_in(folder: Path, **policy):
     return dataclasses.replace(FLIGHTS, configs=Catalog(configs), search=search)
 
 
-def materialize_study(case, home: Path, training_set: Path, **config):
+def materialize_study(case, home: Path, training_set: Path, storage: str = "", **config):
     @dg.input_manager
     def lake_paths(_):
         return training_set
@@ -83,7 +83,7 @@ def materialize_study(case, home: Path, training_set: Path, **config):
             "lake_paths": lake_paths,
             "launcher": LocalTorchrun(output_root=str(home / "models"), processes=1),
             "mlflow": local_registry(home),
-            "studies": StudyStorage(url=f"journal:{home / 'studies.log'}"),
+            "studies": StudyStorage(url=storage or f"journal:{home / 'studies.log'}"),
         },
         run_config={"ops": {"flights__study": {"config": config}}},
         instance=dg.DagsterInstance.ephemeral(),
@@ -91,12 +91,22 @@ def materialize_study(case, home: Path, training_set: Path, **config):
 
 
 def test_a_study_runs_real_trainings_side_by_side_each_traceable(training_set, tmp_path):
+    """On PostgreSQL, as the production profile keeps studies (the journal file, the local
+    profile's, is the other tests')."""
+    require_services()
     case = case_in(tmp_path)
-    result = materialize_study(case, tmp_path, training_set, save_best_as="tuned")
+    with databases("optuna") as names:
+        storage = postgres_url(names["optuna"], "postgresql")
+        check_study(case, tmp_path, training_set, storage)
+
+
+def check_study(case, tmp_path: Path, training_set: Path, storage: str) -> None:
+    result = materialize_study(case, tmp_path, training_set, storage, save_best_as="tuned")
     assert result.success
     (materialization,) = result.asset_materializations_for_node("flights__study")
     shown = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
     assert shown["trials"] == 3 and shown["trials_complete"] == 3
+    assert shown["storage"].startswith("postgresql://")
     assert "optimization_history" in shown and "| trial |" in shown["trials_table"]
 
     # Each trial: its own folder and manifest, recording the entry it started from and its seed.
@@ -126,7 +136,7 @@ def test_a_study_runs_real_trainings_side_by_side_each_traceable(training_set, t
     assert entry_settings(saved).optim.max_epochs == 3  # the starting entry's, kept
 
     # Run again under the same name, the study has its trials: none runs twice.
-    again = materialize_study(case, tmp_path, training_set, study=shown["study"])
+    again = materialize_study(case, tmp_path, training_set, storage, study=shown["study"])
     (second,) = again.asset_materializations_for_node("flights__study")
     assert second.metadata["ran_in_this_run"].value == 0
     assert second.metadata["trials"].value == 3

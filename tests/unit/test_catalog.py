@@ -33,17 +33,23 @@ def launchpad(case_catalog: Catalog, **run_config) -> dict:
     return trained_model_config(case)(**run_config).model_dump()
 
 
-def test_the_bundled_use_cases_train_their_baseline_by_default():
+def test_the_bundled_use_cases_train_the_entry_they_name_by_default():
+    """The flights train `baseline`; the ridership `week_residual`: `baseline`'s settings,
+    correcting the week-ago forecast (`model.offset`)."""
+    assert (FLIGHTS.config, RIDERSHIP.config) == (BASELINE, "week_residual")
     for case in (FLIGHTS, RIDERSHIP):
-        assert case.config == BASELINE and BASELINE in case.configs.names()
-        settings = entry_settings(case.configs.entry(BASELINE))
-        assert settings.catalog.name == BASELINE
+        assert {BASELINE, case.config} <= set(case.configs.names())
+        settings = entry_settings(case.configs.entry(case.config))
+        assert settings.catalog.name == case.config
         assert settings.catalog.sha256 == settings_sha256(settings)
-    ridership = entry_settings(RIDERSHIP.configs.entry(BASELINE))
+    ridership = entry_settings(RIDERSHIP.configs.entry("week_residual"))
     assert (ridership.optim.batch_size, ridership.optim.max_epochs) == (32, 200)
+    assert ridership.model.offset == RIDERSHIP.baseline
+    plain = entry_settings(RIDERSHIP.configs.entry(BASELINE))
+    assert plain.model.offset == "" and plain.optim == ridership.optim
     # The launchpad's default is the use case's entry: what the nightly retrain trains.
     chosen = trained_model_config(RIDERSHIP)().model_dump()
-    assert chosen["catalog"] == {"name": BASELINE}
+    assert chosen["catalog"] == {"name": "week_residual"}
     assert resolve(RIDERSHIP.configs, RIDERSHIP.config, chosen) == ridership
 
 
@@ -88,7 +94,7 @@ def test_the_plan_records_the_entry_in_the_mlflow_tags_and_sets_what_the_use_cas
     tmp_path,
 ):
     entries = catalog(tmp_path / "configs", wide=WIDE)
-    case = dataclasses.replace(RIDERSHIP, configs=entries)
+    case = dataclasses.replace(RIDERSHIP, configs=entries, config=BASELINE)
     chosen = trained_model_config(case)(catalog={"name": "wide"}).model_dump()
     plan = plan_training(case, chosen, tmp_path / "set.parquet", tmp_path / "run", "")
 

@@ -15,11 +15,11 @@ from onnx import numpy_helper
 
 from benchmarks.training_speed import synthetic_training_set
 from ml import export
-from ml.config import ModelConfig
+from ml.config import DataConfig, ModelConfig, TrainConfig
 from ml.data import Preprocessor
-from ml.model import TabularNet
+from ml.model import Offset, TabularNet
 from ml.predict import Scorer
-from ml.train import predictions, probabilities
+from ml.train import network, predictions, probabilities
 
 pytestmark = pytest.mark.unit
 
@@ -237,3 +237,49 @@ def test_a_binary_graph_says_what_its_output_is(exported):
     assert proto.doc_string.startswith("P(label = 1) from raw feature values")
     assert [o.name for o in proto.graph.output] == ["probability"]
     assert export.read_properties(exported.path)["task"] == "binary"
+
+
+def test_a_regression_on_an_offset_adds_the_forecast_and_serves_it_in_the_graph(
+    regression, tmp_path
+):
+    """`model.offset`: the network corrects a forecast column. Untrained (its gain 0), a
+    prediction is the forecast itself (its train mean where it is missing); trained, the served
+    graph computes what torch does."""
+    _, _, rows = regression
+    column = "origin_weather__temp_f"
+    rows = rows.assign(minutes=rows[column].fillna(40) * 3 + 100)  # explained by the forecast
+    fitted = Preprocessor.fit(rows[rows["split"] == "train"], standardized_label="minutes")
+    config = TrainConfig(
+        data=DataConfig(task="regression", label="minutes"), model=ModelConfig(offset=column)
+    )
+    model = network(fitted, config).eval()
+    assert isinstance(model, Offset)
+    held = validation(rows)
+    predicted = predictions(model, fitted, held)
+    known = held[column].notna().to_numpy()
+    np.testing.assert_allclose(predicted[known], held[column].to_numpy()[known], rtol=1e-4)
+    mean = fitted.mean[fitted.numeric.index(column)]
+    np.testing.assert_allclose(predicted[~known], mean, rtol=1e-4)
+    with torch.no_grad():
+        model.gain.fill_(0.5)  # as training would move it: the network's part now counts
+    predicted = predictions(model, fitted, held)
+    assert np.abs(predicted[known] - held[column].to_numpy()[known]).max() > 1e-3
+    served = export.export(model, fitted, tmp_path / "model.onnx", PROPERTIES)
+    np.testing.assert_allclose(
+        Scorer.load(served.path).predict(held), predicted, rtol=1e-5, atol=1e-4
+    )
+
+
+def test_an_offset_is_refused_for_a_classifier_or_a_column_that_is_no_number(fitted):
+    _, preprocessor = fitted
+    binary = TrainConfig(model=ModelConfig(offset="origin_weather__temp_f"))
+    with pytest.raises(ValueError, match="a forecast of a regression's label; this label is"):
+        network(preprocessor, binary)
+    rows = synthetic_training_set(400, 1).assign(minutes=1.0)
+    regression = Preprocessor.fit(rows[rows["split"] == "train"], standardized_label="minutes")
+    categorical = TrainConfig(
+        data=DataConfig(task="regression"),
+        model=ModelConfig(offset="flight_schedule__carrier_code"),
+    )
+    with pytest.raises(ValueError, match="not a numeric feature of the training set"):
+        network(regression, categorical)

@@ -241,7 +241,8 @@ def test_the_example_network_keeps_the_contract_and_refuses_an_unknown_option():
 
 def test_a_use_case_chooses_the_architecture_and_a_run_overrides_it(tmp_path):
     declared = {"model": {"architecture": "ft_transformer", "token_dim": 32, "num_heads": 4}}
-    case = dataclasses.replace(RIDERSHIP, configs=catalog_of(tmp_path / "configs", declared))
+    entries = catalog_of(tmp_path / "configs", declared)
+    case = dataclasses.replace(RIDERSHIP, configs=entries, config="baseline")
     config_type = trained_model_config(case)
 
     def settings(**run_config) -> ModelConfig:
@@ -255,7 +256,7 @@ def test_a_use_case_chooses_the_architecture_and_a_run_overrides_it(tmp_path):
     assert isinstance(build_model(4, [3], 1, overridden), TabularNet)
     wrong = catalog_of(tmp_path / "wrong", {"model": {"architecture": "resnet"}})
     with pytest.raises(ValueError, match=r"use case 'ridership': configs: .*baseline.*'resnet'"):
-        trained_model_config(dataclasses.replace(RIDERSHIP, configs=wrong))
+        trained_model_config(dataclasses.replace(RIDERSHIP, configs=wrong, config="baseline"))
 
 
 def catalog_of(folder: Path, baseline: dict) -> Catalog:

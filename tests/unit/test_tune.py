@@ -68,19 +68,31 @@ def test_a_seeded_study_tries_the_same_settings_twice(tmp_path):
     assert first.best.value == min(t.value for t in first.trials if t.value is not None)
 
 
-def test_the_settings_a_trial_trains_are_the_entry_with_its_values_over_it(tmp_path):
+def test_the_first_trial_is_the_starting_entry_and_the_others_its_settings_with_theirs(tmp_path):
     seen = []
 
     def record(start, report, stop):
         seen.append(start)
         return 1.0
 
-    tune.run_study(spec(tmp_path, trials=1), catalog(tmp_path / "configs"), record, print)
-    (start,) = seen
-    assert start.settings.optim.lr == start.params["optim.lr"]
-    assert start.settings.model.hidden_sizes == start.params["model.hidden_sizes"]
-    assert start.settings.catalog.name == BASELINE
-    assert "optim.lr" in start.settings.catalog.overridden
+    result = tune.run_study(spec(tmp_path, trials=2), catalog(tmp_path / "configs"), record, print)
+    first, second = seen
+    assert first.params == {"optim.lr": 3e-3, "model.hidden_sizes": (128, 64)}  # the defaults
+    assert first.settings.catalog.name == BASELINE and first.settings.catalog.overridden == ()
+    assert result.trials[0].note == "the settings of 'baseline'"
+    assert second.settings.optim.lr == second.params["optim.lr"]
+    assert second.settings.model.hidden_sizes == second.params["model.hidden_sizes"]
+    assert second.settings.catalog.name == BASELINE
+    assert "optim.lr" in second.settings.catalog.overridden
+
+
+def test_a_starting_entry_outside_the_space_is_not_a_trial(tmp_path):
+    lines = []
+    narrow = (FloatRange("optim.lr", 1e-4, 1e-3, log=True),)  # the default 3e-3 is outside
+    study_spec = spec(tmp_path, space=narrow, trials=1)
+    result = tune.run_study(study_spec, catalog(tmp_path / "configs"), quick, lines.append)
+    assert "'baseline''s optim.lr=0.003 is outside the space" in lines[0]
+    assert result.trials[0].params["optim.lr"] <= 1e-3
 
 
 def test_an_unpromising_trial_is_pruned_and_its_training_stopped(tmp_path):
