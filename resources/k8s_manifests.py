@@ -33,7 +33,7 @@ from ml.config import TrainConfig, to_args
 from ml.exits import EXIT_PREEMPTED
 from ml.node import EXIT_NOT_RETRYABLE
 from resources.capacity import DEFAULT_MEMORY, MEMORY_HEADROOM, QUANTITY, PodMemory, pod_memory
-from resources.launchers import MessageHandler, TrainingLauncher
+from resources.launchers import MessageHandler, TrainingLauncher, TrialSlot
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"
@@ -178,6 +178,11 @@ class KubernetesLauncher(TrainingLauncher):
     kube_context: str | None = Field(
         default=None, description="kubeconfig context, if not current."
     )
+    max_trials: int = Field(
+        default=4,
+        ge=1,
+        description="A study's trials launched at once, at most: each its own pod or Job.",
+    )
 
     @field_validator("output_root")
     @classmethod
@@ -221,6 +226,22 @@ class KubernetesLauncher(TrainingLauncher):
     ) -> dg.MaterializeResult:
         return self.launch_on(self.connect(), context, config, on_message)
 
+    def trial_slots(self, workers: int) -> int:
+        """Up to `max_trials` of a study's trials at once, each its own pod or Job: the
+        cluster, not this machine, finds them room."""
+        return max(1, min(workers, self.max_trials))
+
+    def launch_trial(
+        self,
+        context: dg.AssetExecutionContext,
+        config: TrainConfig,
+        on_message: MessageHandler | None,
+        slot: TrialSlot,
+    ) -> dg.MaterializeResult:
+        """A study's trial as its own pod or Job (`trial_name`), deleted as soon as its study
+        stops it (pruned): `ml.tune.Stopped` is raised then."""
+        return self.launch_on(self.connect(), context, config, on_message, slot)
+
     @abstractmethod
     def launch_on(
         self,
@@ -228,8 +249,10 @@ class KubernetesLauncher(TrainingLauncher):
         context: dg.AssetExecutionContext,
         config: TrainConfig,
         on_message: MessageHandler | None = None,
+        trial: TrialSlot | None = None,
     ) -> dg.MaterializeResult:
-        """`launch` with the given API clients and clock (the seam the tests use)."""
+        """`launch` with the given API clients and clock (the seam the tests use); a study's
+        trial when `trial` is given."""
 
     def connect(self) -> KubernetesApis:
         """The real API clients, configured the way `PipesK8sClient` configures itself."""
@@ -300,6 +323,12 @@ def launch_name(run_id: str, attempt: int) -> str:
     if not token:  # not a UUID: still deterministic, still a valid name
         token = hashlib.sha256(run_id.encode()).hexdigest()[:12]
     return f"train-{token}-{int(attempt)}"
+
+
+def trial_name(name: str, number: int) -> str:
+    """The launch of a study's trial `number` in a run whose launches are `name`
+    (`launch_name`): `<name>-t<number>`, its own pod or Job beside the run's other trials."""
+    return f"{name}-t{int(number)}"
 
 
 def label_value(text: str) -> str:

@@ -61,6 +61,7 @@ from resources.k8s_manifests import (
     pod_spec,
     pytorch_job,
     standalone_command,
+    trial_name,
 )
 from resources.k8s_watch import (
     Outcome,
@@ -70,7 +71,7 @@ from resources.k8s_watch import (
     pytorch_job_outcome,
     wait_for,
 )
-from resources.launchers import MessageHandler, forwarding
+from resources.launchers import MessageHandler, TrialSlot, forwarding, stopping
 
 
 class K8sPod(KubernetesLauncher):
@@ -83,14 +84,18 @@ class K8sPod(KubernetesLauncher):
         context: dg.AssetExecutionContext,
         config: TrainConfig,
         on_message: MessageHandler | None = None,
+        trial: TrialSlot | None = None,
     ) -> dg.MaterializeResult:
         """`launch` with the given API clients (`apis.core` finds and deletes the pod).
-        PipesK8sClient reads the pod's messages itself: `on_message` gets them at the end."""
+        PipesK8sClient reads the pod's messages itself: `on_message` gets them at the end, so
+        a trial is known pruned only then; its pod is deleted at once all the same."""
         from dagster_k8s.client import DagsterK8sError
         from dagster_k8s.pipes import PipesK8sClient
 
         run_id = context.run.run_id
         name = launch_name(run_id, context.retry_number)
+        if trial is not None:
+            name = trial_name(name, trial.number)
         command = standalone_command(self, config)
         memory = self.pod_memory(config)  # refused here, before any pod, if it cannot fit
         context.log.info(f"pod memory {memory.quantity}: {memory.why}")
@@ -102,23 +107,28 @@ class K8sPod(KubernetesLauncher):
             kube_context=self.kube_context,
             poll_interval=self.poll_interval_s,
         )
+
+        def delete_pods() -> None:
+            for pod in _pods(apis, self.namespace, name):
+                _ignore_missing(apis.core.delete_namespaced_pod, pod.metadata.name, self.namespace)
+
         try:
-            invocation = client.run(
-                context=context,
-                image=self.image,
-                command=command,
-                namespace=self.namespace,
-                base_pod_meta=pod_metadata(self, name, run_id),
-                base_pod_spec=spec,
-                pod_wait_timeout=self.timeout_s,
-                # Deleted below instead: the exit code must be read first.
-                delete_pod_on_completion=False,
-            )
+            with stopping(trial, delete_pods):
+                invocation = client.run(
+                    context=context,
+                    image=self.image,
+                    command=command,
+                    namespace=self.namespace,
+                    base_pod_meta=pod_metadata(self, name, run_id),
+                    base_pod_spec=spec,
+                    pod_wait_timeout=self.timeout_s,
+                    # Deleted below instead: the exit code must be read first.
+                    delete_pod_on_completion=False,
+                )
         except DagsterK8sError as error:
             raise self._failure(name, _pods(apis, self.namespace, name), error) from error
         finally:
-            for pod in _pods(apis, self.namespace, name):
-                _ignore_missing(apis.core.delete_namespaced_pod, pod.metadata.name, self.namespace)
+            delete_pods()
         if on_message is not None:
             for message in invocation.get_custom_messages():
                 on_message(message)
@@ -149,12 +159,16 @@ class K8sMultiNode(MultiNodeLauncher):
         context: dg.AssetExecutionContext,
         config: TrainConfig,
         on_message: MessageHandler | None = None,
+        trial: TrialSlot | None = None,
     ) -> dg.MaterializeResult:
-        """`launch` with the given API clients and clock."""
+        """`launch` with the given API clients and clock; a study's trial as a Job of its own
+        (`trial_name`), deleted as soon as its study stops it."""
         from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
         run_id = context.run.run_id
         name = launch_name(run_id, context.retry_number)
+        if trial is not None:
+            name = trial_name(name, trial.number)
         memory = self.pod_memory(config)  # refused here, before any pod, if it cannot fit
         context.log.info(f"pod memory {memory.quantity}: {memory.why}")
         workload = (_IndexedJob if self.flavor == "indexed-job" else _PyTorchJob)(self, apis, name)
@@ -170,7 +184,8 @@ class K8sMultiNode(MultiNodeLauncher):
             try:
                 workload.create(run_id, config, session.get_bootstrap_env_vars(), memory.quantity)
                 context.log.info(f"launched {self.flavor} {name} in namespace {self.namespace}")
-                wait_for(workload, self, apis, context, reader)
+                with stopping(trial, workload.delete):
+                    wait_for(workload, self, apis, context, reader)
             finally:
                 workload.delete()
         metadata = {

@@ -246,6 +246,38 @@ class LocalTorchrun(TrainingLauncher):
 
 
 @contextlib.contextmanager
+def stopping(slot: TrialSlot | None, stop_it: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, call `stop_it` (delete a trial's pod or Job) if the trial's study
+    stops it; after the block, raise `ml.tune.Stopped` if it did (whatever the block raised
+    when its training went away)."""
+    if slot is None:
+        yield
+        return
+    ended = threading.Event()
+
+    def watch() -> None:
+        while not ended.is_set():
+            if slot.stop.wait(TRIAL_STOP_POLL_S):
+                stop_it()
+                return
+
+    watcher = threading.Thread(target=watch, name=f"trial_{slot.number}_stop", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except Exception:
+        if not slot.stop.is_set():
+            raise
+    finally:
+        ended.set()
+        watcher.join()
+    if slot.stop.is_set():
+        from ml.tune import Stopped
+
+        raise Stopped(f"trial {slot.number} stopped by its study")
+
+
+@contextlib.contextmanager
 def forwarding(session: dg.PipesSession, on_message: MessageHandler | None) -> Iterator[None]:
     """While the block runs, hand each custom message `session` has received to `on_message`,
     in order, from a thread; the last ones when the block ends."""

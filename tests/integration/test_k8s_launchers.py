@@ -3,6 +3,7 @@
 Their manifests are checked without a run in tests/unit/test_k8s_launchers.py."""
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,9 @@ from dagster_pipes import PIPES_PROTOCOL_VERSION, PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from ml.tune import Stopped
 from resources.k8s_manifests import KubernetesApis, launch_name
+from resources.launchers import TrialSlot
 from tests.unit.test_k8s_launchers import CONFIG, K8S_VERSIONS, multi_node, one_pod
 
 pytestmark = [
@@ -533,3 +536,87 @@ def test_k8s_pod_other_failures_say_what_happened(pipes_k8s_client_on):
     description = launched.description()
     assert "failed. Kubernetes says: PodFailed: pod" in description
     assert "failed (exit code [1])" in description and "exit code 78" not in description
+
+
+# --- A study's trials ---------------------------------------------------------------------------
+
+
+class DeletableCluster(FakeCluster):
+    """A cluster whose Job is gone once deleted (a 404 at the next poll), and that sets
+    `deleted` then."""
+
+    def __init__(self, ticks: list[Tick], logs: dict[str, list[str]]):
+        super().__init__(ticks, logs)
+        self.deleted = threading.Event()
+
+    def read_namespaced_job(self, name: str, namespace: str) -> k8s.V1Job:
+        if self.deleted.is_set():
+            raise ApiException(status=404, reason="Not Found")
+        return super().read_namespaced_job(name, namespace)
+
+    def delete_namespaced_job(self, name: str, namespace: str, propagation_policy: str) -> None:
+        self.calls.append(("delete Job", (name, propagation_policy)))
+        self.deleted.set()
+
+
+def launch_trials(launcher: Any, apis: KubernetesApis, slots: list[TrialSlot]) -> Launched:
+    """One run whose asset launches each of `slots` as a study's trial, one after another; a
+    trial stopped by its study is recorded in `custom` as ("stopped", number)."""
+    custom: list[Any] = []
+
+    @dg.asset(name="trained")
+    def trained(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        for slot in slots:
+            try:
+                launcher.launch_on(apis, context, CONFIG, custom.append, slot)
+            except Stopped:
+                custom.append(("stopped", slot.number))
+        return dg.MaterializeResult()
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([trained], instance=instance, raise_on_error=False)
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    return Launched(result, messages, custom)
+
+
+def test_each_trial_of_a_study_is_a_job_of_its_own_and_validates():
+    done = [pod("a-0", "Succeeded", 0), pod("a-1", "Succeeded", 0)]
+    cluster, clock = (
+        FakeCluster([Tick(done, [condition("Complete")])], {"a-0": rank0_log(2)}),
+        FakeClock(),
+    )
+    apis = KubernetesApis(core=cluster, batch=cluster, sleep=clock.sleep, clock=clock.time)
+    launcher = multi_node(nodes=2, poll_interval_s=10, max_trials=3)
+    assert launcher.trial_slots(8) == 3 and launcher.trial_slots(2) == 2
+    slots = [TrialSlot(n, 1, 1, threading.Event()) for n in (4, 5)]
+    launched = launch_trials(launcher, apis, slots)
+    assert launched.result.success, launched.messages
+    first = launch_name(launched.result.run_id, 0)
+    jobs = cluster.done("create Job")
+    assert [job["metadata"]["name"] for job in jobs] == [f"{first}-t4", f"{first}-t5"]
+    services = cluster.done("create Service")
+    assert [s["metadata"]["name"] for s in services] == [f"{first}-t4", f"{first}-t5"]
+    for manifest in [*jobs, *services]:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(manifest, desired_version=version, strict=True)
+    assert sorted(name for name, _ in cluster.done("delete Job")) == [f"{first}-t4", f"{first}-t5"]
+
+
+def test_a_pruned_trials_job_is_deleted_at_once_and_the_trial_stopped():
+    running = [pod("a-0"), pod("a-1")]
+    cluster = DeletableCluster([Tick(running)], {"a-0": ["INFO rank 0 of 2"]})
+    slot = TrialSlot(2, 1, 1, threading.Event())
+    # The study prunes the trial while it runs: the fake clock's first wait sets the event.
+    waited = []
+
+    def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        slot.stop.set()
+        cluster.deleted.wait(timeout=30)  # the launcher's stop watcher deletes the Job
+
+    apis = KubernetesApis(core=cluster, batch=cluster, sleep=sleep, clock=lambda: 0.0)
+    launched = launch_trials(multi_node(nodes=2, poll_interval_s=10), apis, [slot])
+    assert launched.result.success, launched.messages
+    assert ("stopped", 2) in launched.custom
+    (deleted, _) = cluster.done("delete Job")[0]
+    assert deleted.endswith("-t2") and cluster.deleted.is_set()
