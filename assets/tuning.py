@@ -13,7 +13,7 @@ from pydantic import Field
 
 from assets import asset_key, dagster_metadata
 from assets.pods import TRAINING as TRAINING_POD
-from assets.training import TRAINING, trained_model_config
+from assets.training import trained_model_config
 from declare import UseCase
 from resources.launchers import TrainingLauncher, TrialSlot
 from resources.mlflow_runs import DAGSTER_RUN_TAG, PARENT_RUN_TAG, MlflowTracking
@@ -22,6 +22,11 @@ from resources.studies import StudyStorage
 
 if TYPE_CHECKING:
     from ml.tune import Report, StudySpec, TrialStart
+
+
+TUNING = "tuning"
+"""The group of a use case's studies: apart from its training, whose stage page draws the path
+from a training set to a registered model."""
 
 
 def tuning_assets(case: UseCase) -> list[dg.AssetsDefinition]:
@@ -76,7 +81,7 @@ def _study(case: UseCase) -> dg.AssetsDefinition:
                 asset_key(case, "training_set"), input_manager_key="lake_paths"
             )
         },
-        group_name=case.group(TRAINING),
+        group_name=case.group(TUNING),
         kinds={"optuna", "pytorch", "mlflow"},
         code_version="1",
         pool="training",  # its trials take every core, as a training does

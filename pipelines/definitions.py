@@ -200,6 +200,7 @@ OWNERS = {
     "validation": ["team:data-platform"],
     "features": ["team:data-platform", "team:ml-platform"],
     "training": ["team:ml-platform"],
+    "tuning": ["team:ml-platform"],
     "evaluation": ["team:ml-platform"],
     "deployment": ["team:ml-platform"],
     "inference": ["team:ml-platform"],

@@ -33,12 +33,14 @@ LIFECYCLE_GROUPS = {
     "validation",
     "features",
     "training",
+    "tuning",
     "evaluation",
     "deployment",
     "inference",
     "monitoring",
 }
-"""The asset groups the issue names: the lifecycle's stages, in order."""
+"""The asset groups the issue names: the lifecycle's stages, in order (tuning: a use case's
+hyperparameter studies, beside its training)."""
 
 SHARED_WORLDS = {"built_world", "built_production"}
 """Session fixtures that take minutes to build: every test using one runs in one test process,

@@ -5,8 +5,6 @@ with the dead trial retried once and every trial counted once."""
 
 import dataclasses
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -213,13 +211,15 @@ def test_a_study_killed_mid_trial_resumes_with_that_trial_retried_once(tmp_path,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert killed.stdout is not None
-    for line in killed.stdout:  # until its first trial is running
-        if line.startswith("running 0"):
-            break
-    else:
-        pytest.fail(f"the study ended before its first trial ran: exit {killed.wait()}")
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    try:
+        for line in killed.stdout:  # until its first trial is running
+            if line.startswith("running 0"):
+                break
+        else:
+            pytest.fail(f"the study ended before its first trial ran: exit {killed.wait()}")
+    finally:
+        killed.kill()  # SIGKILL; also when the test fails: no orphan is left behind
+        killed.wait()
 
     def quick(start, report, stop):
         report(1, start.settings.optim.lr)
