@@ -331,7 +331,7 @@ class Summary:
 
 
 def stage_link(case: UseCase, stage: str) -> str:
-    """The UI's page of one stage of `case` (its asset group), drawn in full."""
+    """The UI's page of one stage of `case` (its asset group): its assets as full cards."""
     return f"{UI}/locations/{LOCATION}/asset-groups/{case.group(stage)}"
 
 

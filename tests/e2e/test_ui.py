@@ -435,6 +435,37 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
 
 
+def zoom_out_until_in_view(page, names: tuple[str, ...], clicks: int = 20) -> None:
+    """Click the graph's zoom-out control until a person sees every one of `names`: each is
+    wholly on the page and the topmost thing at its centre (not under the graph's toolbar)."""
+    graph = page.locator("[data-svg-viewport]").first
+    drawn = page.get_by_text(names[0], exact=True)
+    for name in names[1:]:
+        drawn = drawn.or_(page.get_by_text(name, exact=True))
+    drawn.first.wait_for(state="attached")  # the graph is laid out and drawn
+    seen = """e => { const r = e.getBoundingClientRect();
+        if (r.top < 0 || r.left < 0 || r.bottom > innerHeight || r.right > innerWidth) return false;
+        const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+        return hit !== null && (hit === e || e.contains(hit) || hit.contains(e)); }"""
+
+    def in_view(name: str) -> bool:
+        found = page.get_by_text(name, exact=True)
+        return any(found.nth(i).evaluate(seen) for i in range(found.count()))
+
+    missing = list(names)
+    for _ in range(clicks):
+        missing = [name for name in names if not in_view(name)]
+        if not missing:
+            return
+        before = graph.evaluate("e => e.firstChild.style.transform")
+        page.get_by_role("img", name="zoom_out").click()
+        page.wait_for_function(
+            "([e, before]) => e.firstChild.style.transform !== before",
+            arg=[graph.element_handle(), before],
+        )
+    raise AssertionError(f"{missing} not in the graph's view after {clicks} zoom-outs")
+
+
 def open_plot(page, key: str, shot: str) -> None:
     """In the metadata table: `key`'s [Show Markdown] → its picture, drawn; the screenshot."""
     row = page.locator("tr", has=page.get_by_text(key, exact=True)).first
@@ -470,10 +501,11 @@ def launch_from_materialize_dialog(
 def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     server: Server, world: World, page
 ):
-    # Where make run's summary sends a person first: a stage drawn in full, every asset named.
+    # Where make run's summary sends a person first: a stage, its assets drawn as cards.
     page.goto(stage_link(CASE, "features").replace(UI, server.url))
-    for asset in ("flight_features", "training_set", "trained_model"):  # the last: next stage
-        page.get_by_text(asset, exact=True).first.wait_for()
+    # The last: the next stage's. Dagster fits a group's graph to the page's width; a person
+    # zooms out until the stage's assets are all in view.
+    zoom_out_until_in_view(page, ("flight_features", "training_set", "trained_model"))
     screenshot(page, "0-features-stage")
     page.goto(f"{server.url}/asset-groups")
     for group in sorted(GROUPS):
