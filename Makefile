@@ -13,13 +13,14 @@ ENV_STAMP := $(VENV)/.synced
 export ML_LIFECYCLE_HOME ?= $(CURDIR)/.local
 export DAGSTER_HOME ?= $(ML_LIFECYCLE_HOME)/dagster_home
 
-.PHONY: help venv instance run tune test test-unit dev mlflow bench lineage lint lock clean
+.PHONY: help venv instance run tune backtest test test-unit dev mlflow bench lineage lint lock clean
 
 help:
 	@echo "make run    set up .venv, then run the lifecycle on the bundled data"
 	@echo "make test   set up .venv, then run the test suite (all but gpu)"
 	@echo "make test-unit  the unit tier alone (tests/unit), in under a minute"
 	@echo "make tune  a hyperparameter study on make run's training set (TRIALS=, WORKERS=, SAVE_AS=)"
+	@echo "make backtest  a rolling backtest of a catalog entry (CONFIG=, FOLDS=2013-02-01...2013-04-01)"
 	@echo "make dev    open the Dagster UI on http://127.0.0.1:3000"
 	@echo "make mlflow open the MLflow UI on http://127.0.0.1:5000 (training runs)"
 	@echo "make bench  print the performance ratios (docs/benchmarks.md)"
@@ -86,6 +87,12 @@ tune: $(ENV_STAMP) instance
 	  $(if $(TRIALS),--trials $(TRIALS)) $(if $(WORKERS),--workers $(WORKERS)) \
 	  $(if $(START),--start $(START)) $(if $(STUDY),--study $(STUDY)) \
 	  $(if $(SAVE_AS),--save-best-as $(SAVE_AS))
+
+# A rolling backtest of a catalog entry (USE_CASE as above): CONFIG (default: the use case's)
+# and FOLDS (a month, YYYY-MM-01, or FIRST...LAST; default: the first two folds).
+backtest: $(ENV_STAMP) instance
+	$(BIN)/python -m cli.backtest $(if $(USE_CASE),--use-case $(USE_CASE)) \
+	  $(if $(CONFIG),--config $(CONFIG)) $(if $(FOLDS),--folds $(FOLDS))
 
 dev: $(ENV_STAMP) instance
 	PYTHONWARNINGS='$(DEV_WARNINGS)' $(BIN)/python -m cli.stops \

@@ -5,10 +5,14 @@ The gate's rules are blocking asset checks with ERROR severity: within a run not
 (export, registration) runs after a failed rule. Dagster blocks only within one run, so the
 decision is also the asset's value, a typed report that the registration step reads and checks
 again itself. The rules and policies are declared in `declare/gate.py`; the work is
-`ml.evaluate.evaluate_model`.
+`ml.evaluate.evaluate_model`. With the policy's `backtest_folds` above 0, the backtest folds the
+instance recorded for the challenger's and the champion's catalog entries are judged too.
 """
 
 import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -28,10 +32,12 @@ from declare import GATE_RULES, Slice, UseCase
 from declare.gate import Policy
 from ml.results import Link, TrainedRun
 from resources.launchers import TrainingLauncher
-from resources.serving import ModelServing
+from resources.serving import ModelServing, ServedModel
 
 if TYPE_CHECKING:
+    from ml.backtest import FoldResult
     from ml.evaluate import Champion
+    from ml.gate import FoldComparison
     from ml.metrics import SliceSpec
 
 EVALUATION = "evaluation"
@@ -89,13 +95,41 @@ def _inputs(case: UseCase) -> dict[str, dg.AssetIn]:
     }
 
 
-def _champion(case: UseCase, serving: ModelServing) -> "Champion | None":
+def _champion(case: UseCase, served: ServedModel | None) -> "Champion | None":
     from ml.evaluate import Champion
 
-    served = serving.champion(case.registered_model)
     if served is None:
         return None
     return Champion(case.registered_model, served.version.version, served.scorer)
+
+
+def _fold_comparison(
+    context: dg.AssetExecutionContext,
+    case: UseCase,
+    policy: Policy,
+    trained_model: TrainedRun,
+    champion_tags: Mapping[str, str] | None,
+) -> "FoldComparison | None":
+    """The backtest folds the gate's no_fold_regression judges: those the instance recorded for
+    the challenger's catalog entry (its run manifest's) and for the champion's (its version's
+    `config` tag; `champion_tags` None: no champion); None when the policy judges no folds."""
+    if policy.backtest_folds == 0:
+        return None
+    from assets.backtest import fold_results
+    from ml.deploy import CONFIG_TAG, entry_config
+    from ml.gate import FoldComparison
+    from ml.manifest import MANIFEST
+
+    manifest = json.loads((Path(trained_model.folder) / MANIFEST).read_text())
+    ours = entry_config(manifest)
+    theirs = None if champion_tags is None else champion_tags.get(CONFIG_TAG)
+    recorded = fold_results(context.instance, case)
+
+    def of(config: str | None) -> list["FoldResult"]:
+        sha256 = (config or "").rpartition("@")[2]
+        return [r for r in recorded if sha256 and r.entry_sha256 == sha256]
+
+    return FoldComparison(ours, of(ours), theirs, of(theirs))
 
 
 def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
@@ -114,6 +148,7 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         check_specs=_gate_checks(case),
     )
     def model_evaluation(
+        context: dg.AssetExecutionContext,
         config: config_type,  # type: ignore[valid-type]  # a class built for the use case
         trained_model: TrainedRun,
         training_set,
@@ -124,11 +159,13 @@ def _model_evaluation(case: UseCase) -> dg.AssetsDefinition:
         from ml.evaluate import evaluate_model
 
         policy, slices = _policy(case, config), _slice_specs(config)
-        champion, name = _champion(case, serving), case.registered_model
+        served, name = serving.champion(case.registered_model), case.registered_model
+        tags = None if served is None else served.version.tags
+        folds = _fold_comparison(context, case, policy, trained_model, tags)
         with refusing("model_evaluation"):
             evaluation = evaluate_model(
-                name, trained_model, training_set, policy, slices, case.baseline, champion,
-                launcher.file_mode,
+                name, trained_model, training_set, policy, slices, case.baseline,
+                _champion(case, served), launcher.file_mode, folds,
             )  # fmt: skip
         figures = evaluation.test_figures()
         tracked = serving.registry.log_metrics(trained_model.mlflow_run_id, figures)

@@ -255,7 +255,8 @@ def _feature_registry(case: UseCase) -> dg.AssetsDefinition:
     return feature_registry
 
 
-def _tables(case: UseCase) -> list[dg.AssetKey]:
+def feature_table_keys(case: UseCase) -> list[dg.AssetKey]:
+    """What a training set is joined from: the Feast registry and the feature tables."""
     return [
         asset_key(case, "feature_registry"),
         *(asset_key(case, t.name) for t in case.feature_tables),
@@ -268,7 +269,7 @@ def _online_features(case: UseCase, days_per_run: int) -> dg.AssetsDefinition:
     @dg.asset(
         key=asset_key(case, "online_features"),
         partitions_def=partitions_def,
-        deps=_tables(case),
+        deps=feature_table_keys(case),
         backfill_policy=_online_backfill(days_per_run),
         group_name=case.group(FEATURES),
         kinds={"feast", "sqlite"},
@@ -359,7 +360,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=asset_key(case, "training_set"),
-        deps=_tables(case),
+        deps=feature_table_keys(case),
         group_name=case.group(FEATURES),
         kinds={"pandas", "parquet", "feast"},
         io_manager_key="lake",

@@ -96,7 +96,7 @@ def _trained_model(case: UseCase) -> dg.AssetsDefinition:
         output, link = launcher.output_dir(context), tracking.dagster_run(context.run.run_id)
         plan = plan_training(case, config.model_dump(), training_set, output, link)
         with _live_run(context, tracking, plan) as live:
-            reported = _launch(context, launcher, plan.settings, live, tracking)
+            reported = launch_training(context, launcher, plan.settings, live, tracking)
             trained = trained_run(plan, reported, live, launcher.file_mode)
         return dg.Output(trained.run, metadata=dagster_metadata(trained.metadata()))
 
@@ -118,7 +118,7 @@ def _live_run(
     )
 
 
-def _launch(
+def launch_training(
     context: dg.AssetExecutionContext,
     launcher: TrainingLauncher,
     settings: TrainConfig,

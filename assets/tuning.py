@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from ml.tune import Report, StudySpec, TrialStart
 
 
-TUNING = "tuning"
-"""The group of a use case's studies: apart from its training, whose stage page draws the path
-from a training set to a registered model."""
+EXPERIMENTS = "experiments"
+"""The group of a use case's studies and backtests: apart from its training, whose stage page
+draws the path from a training set to a registered model."""
 
 
 def tuning_assets(case: UseCase) -> list[dg.AssetsDefinition]:
@@ -81,7 +81,7 @@ def _study(case: UseCase) -> dg.AssetsDefinition:
                 asset_key(case, "training_set"), input_manager_key="lake_paths"
             )
         },
-        group_name=case.group(TUNING),
+        group_name=case.group(EXPERIMENTS),
         kinds={"optuna", "pytorch", "mlflow"},
         code_version="1",
         pool="training",  # its trials take every core, as a training does

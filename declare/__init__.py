@@ -7,6 +7,7 @@ feast, great_expectations or torch (tests/unit/test_layering.py), so a declarati
 milliseconds and reads on its own.
 """
 
+from declare.backtest import BacktestError, BacktestPolicy
 from declare.catalog import BASELINE, Catalog, CatalogError, NamedConfig
 from declare.contracts import ColumnRule, TableContract
 from declare.gate import (
@@ -54,6 +55,8 @@ __all__ = [
     "SPLIT_DAYS",
     "TASKS",
     "Automation",
+    "BacktestError",
+    "BacktestPolicy",
     "Catalog",
     "CatalogError",
     "Choice",

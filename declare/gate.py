@@ -72,6 +72,15 @@ GATE_RULES = (
         ),
     ),
     GateRule(
+        "no_fold_regression",
+        "On each of the last `backtest_folds` backtest folds of the challenger's catalog entry,"
+        " which the champion's entry must have run too, the challenger's entry is not worse than"
+        " the champion's beyond the no_regression tolerance of the fold metric (0: not judged).",
+        "the ROC AUC (binary), RMSE (regression) or macro F1 (multiclass) that the backtest"
+        " measured on each of those folds for the two models' catalog entries",
+        policy_fields=("backtest_folds",),
+    ),
+    GateRule(
         "beats_baseline",
         "The challenger beats the declared naive baseline forecast on the rows it covers.",
         "the ROC AUC (binary) or RMSE (regression) of the challenger and of the baseline forecast"
@@ -131,6 +140,10 @@ class GatePolicy:
     """Whether beats_baseline is judged: the challenger's ROC AUC must be above the baseline
     forecast's (a probability, e.g. the route's recent delay rate) on the rows the forecast
     covers, and an evaluation without a baseline fails."""
+    backtest_folds: int = 0
+    """How many of the latest backtest folds of the challenger's catalog entry no_fold_regression
+    judges against the champion's entry, with the no_regression tolerance of the fold metric
+    (`max_roc_auc_drop`); 0: the rule is not judged and passes saying so."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
@@ -150,6 +163,8 @@ class GatePolicy:
                 raise ValueError(f"{name}={value}: must be finite and not negative")
         if self.min_slice_rows < 1:
             raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        if self.backtest_folds < 0:
+            raise ValueError(f"backtest_folds={self.backtest_folds}: must be 0 or more")
         unknown = [m for m in self.compared_metrics if m not in HIGHER_IS_BETTER]
         if unknown or not self.compared_metrics:
             raise ValueError(
@@ -205,6 +220,10 @@ class RegressionGatePolicy:
     require_baseline: bool = False
     """Whether beats_baseline is judged: the challenger's RMSE must be below the baseline
     forecast's on the rows the forecast covers, and an evaluation without a baseline fails."""
+    backtest_folds: int = 0
+    """How many of the latest backtest folds of the challenger's catalog entry no_fold_regression
+    judges against the champion's entry, with the no_regression tolerance of the fold metric
+    (`max_rmse_rise_fraction`); 0: the rule is not judged and passes saying so."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
@@ -224,6 +243,8 @@ class RegressionGatePolicy:
                 raise ValueError(f"{name}={value}: must be finite and not negative")
         if self.min_slice_rows < 1:
             raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        if self.backtest_folds < 0:
+            raise ValueError(f"backtest_folds={self.backtest_folds}: must be 0 or more")
         unknown = [m for m in self.compared_metrics if m not in LOWER_IS_BETTER]
         if unknown or not self.compared_metrics:
             raise ValueError(
@@ -288,6 +309,10 @@ class MulticlassGatePolicy:
     """How far the macro F1 of any slice value evaluated for both models may fall."""
     min_slice_rows: int = 200
     """Slice values with fewer rows (in either evaluation) are skipped, not judged."""
+    backtest_folds: int = 0
+    """How many of the latest backtest folds of the challenger's catalog entry no_fold_regression
+    judges against the champion's entry, with the no_regression tolerance of the fold metric
+    (`max_macro_f1_drop`); 0: the rule is not judged and passes saying so."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compared_metrics", tuple(self.compared_metrics))
@@ -313,6 +338,8 @@ class MulticlassGatePolicy:
                 raise ValueError(f"{name}={value}: must be finite and not negative")
         if self.min_slice_rows < 1:
             raise ValueError(f"min_slice_rows={self.min_slice_rows}: must be at least 1")
+        if self.backtest_folds < 0:
+            raise ValueError(f"backtest_folds={self.backtest_folds}: must be 0 or more")
         unknown = [m for m in self.compared_metrics if m not in MULTICLASS_HIGHER_IS_BETTER]
         if unknown or not self.compared_metrics:
             raise ValueError(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from declare.backtest import BacktestPolicy
 from declare.catalog import BASELINE, Catalog, CatalogError
 from declare.contracts import TableContract
 from declare.gate import TASKS, GatePolicy, MulticlassGatePolicy, Policy, RegressionGatePolicy
@@ -364,6 +365,9 @@ class UseCase:
     label a week before; a binary label's probability, such as the route's recent delay rate):
     evaluated beside the model on the same test rows, and by the default gate a model must beat
     it (`beats_baseline`). None for a multiclass label."""
+    backtest: BacktestPolicy = field(default_factory=BacktestPolicy)
+    """Its rolling backtest (`declare.backtest`, `ml.backtest`): a fold per month from the first
+    one, each trained on the days before it and tested on the month."""
     search: SearchPolicy = field(default_factory=SearchPolicy)
     """What a study of its training tries (`declare.search`, `ml.tune`): the settings searched,
     the number of trials and how many run side by side."""
@@ -468,6 +472,14 @@ class UseCase:
             raise _refuse(self.name, *drift)
         if (window := self.window.problem()) is not None:
             raise _refuse(self.name, *window)
+        fold = self.backtest.split(self.backtest.first_fold(self.partitions.start))
+        if fold["start"] < self.partitions.start or fold["end"] > self.partitions.end:
+            raise _refuse(
+                self.name,
+                "backtest.first",
+                f"the first fold's days [{fold['start']}, {fold['end']}) must lie in the"
+                f" partitions [{self.partitions.start}, {self.partitions.end})",
+            )
 
     def _check_catalog(self) -> None:
         """Every entry of the catalog reads as one (its settings are checked where the training

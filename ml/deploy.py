@@ -41,6 +41,10 @@ EXAMPLE_ROWS = 5
 """Training rows in a registered model's MLflow input example."""
 WEIGHTS_TAG = "weights_sha256"
 """Version tag: the sha256 of the PyTorch weights the version was exported from."""
+CONFIG_TAG = "config"
+"""Version tag: the catalog entry the version was trained from, name@sha256 (the whole sha256
+of the settings it resolved to): the gate's `no_fold_regression` finds the champion's backtest
+folds by it."""
 NOT_STORED = {"stored": False}
 """The metadata of a result's field that its stored document leaves out."""
 
@@ -496,6 +500,8 @@ def plan_registration(
         file_mode,
     )
     gate = evaluation.to_document()["report"]
+    manifest = json.loads((Path(run.folder) / MANIFEST).read_text())
+    config = entry_config(manifest)
     drift_files = {REFERENCE_FILE: exported.drift_reference, LINES_FILE: exported.drift_lines}
     through = exported.data_through
     described = (
@@ -514,7 +520,7 @@ def plan_registration(
             GATE_REPORT: gate,
             METRICS_FILE: gate["challenger"],
             "parity.json": exported.parity,
-            MANIFEST: json.loads((Path(run.folder) / MANIFEST).read_text()),
+            MANIFEST: manifest,
         },
         tags={
             "gate_decision": report.decision,
@@ -525,11 +531,19 @@ def plan_registration(
             "quantized": str(exported.quantized).lower(),
             "threshold": repr(evaluation.threshold),
             **({DATA_THROUGH_TAG: through} if through else {}),
+            **({CONFIG_TAG: config} if config else {}),
         },
         run_id=run.mlflow_run_id,
         description=described,
         example=_example(stamped.path, exported.drift_reference),
     )
+
+
+def entry_config(manifest: dict[str, Any]) -> str:
+    """The catalog entry a run manifest records, name@sha256; empty for a run that started from
+    none (outside a use case, or trained before manifests recorded it)."""
+    entry = (manifest.get("config") or {}).get("catalog") or {}
+    return f"{entry['name']}@{entry['sha256']}" if entry.get("name") else ""
 
 
 def _example(served: Path, reference: str) -> Example | None:

@@ -19,7 +19,7 @@ import pandas as pd
 from declare.gate import Policy
 from ml.dataset import fingerprint
 from ml.files import atomic_write
-from ml.gate import GateReport, decide
+from ml.gate import FoldComparison, GateReport, decide
 from ml.metrics import Evaluation, MulticlassMetrics, SliceSpec, best_threshold, evaluate
 from ml.results import CheckOutcome, FilePath, Markdown, Refused, TrainedRun, bullets, image
 
@@ -161,11 +161,13 @@ def evaluate_model(
     baseline: str | None,
     champion: Champion | None,
     file_mode: int,
+    folds: FoldComparison | None = None,
 ) -> ModelEvaluation:
     """The model `run` trained, and `champion` (a version of the registered `model_name`), scored
     on the training set's test rows and judged by `policy` (slices of at least
-    `policy.min_slice_rows` rows, and against the declared `baseline` column's forecast); the
-    gate's report is written beside the weights.
+    `policy.min_slice_rows` rows, against the declared `baseline` column's forecast, and on the
+    backtest `folds` of the two models' catalog entries); the gate's report is written beside the
+    weights.
     Refuses (`EvaluationRefused`) a training set that changed since, an empty split, a model
     with NaN or infinite scores, and a champion that reads columns the set lacks."""
     from ml.realized import slice_intervals
@@ -223,6 +225,7 @@ def evaluate_model(
         policy,
         champion_version=None if champion is None else champion.version,
         subject=trained.weights_sha256,
+        folds=folds,
     )
     with atomic_write(Path(run.folder) / GATE_REPORT, "w", file_mode) as sink:
         sink.write(report.to_json())

@@ -7,7 +7,9 @@ metrics, with tolerances in the metrics' own units); a regression by `Regression
 (RMSE, MAE and R², lower error is better, with tolerances as fractions of the champion's error,
 so that one policy fits a label of any scale), and optionally against a baseline forecast; a
 multiclass classifier by `MulticlassGatePolicy` (macro F1 and ROC AUC, log loss, top-class
-calibration, in the metrics' own units), and by a floor on every class's recall.
+calibration, in the metrics' own units), and by a floor on every class's recall. With
+`backtest_folds` set, the challenger's catalog entry must also not be worse than the champion's on
+the last folds of the rolling backtest (`ml.backtest`, a `FoldComparison`).
 
 Every comparison is written so that NaN fails it (`value >= floor` is False for NaN): a metric
 that could not be computed can never let a model through.
@@ -29,6 +31,7 @@ from declare.gate import (
     RegressionGatePolicy,
     policy_from_dict,
 )
+from ml.backtest import FoldResult, latest_by_fold
 from ml.metrics import (
     BinaryMetrics,
     Evaluation,
@@ -114,6 +117,24 @@ class GateReport:
         )
 
 
+@dataclass(frozen=True)
+class FoldComparison:
+    """The backtest folds `no_fold_regression` judges: those measured for the challenger's catalog
+    entry and for the champion's (`ml.backtest.FoldResult`), as the backtest recorded them."""
+
+    challenger_config: str
+    """The challenger's catalog entry as its run manifest records it, name@sha256 (the whole
+    sha256 of the settings it resolved to); empty: its training recorded none."""
+    challenger: list[FoldResult]
+    """The folds measured for that entry."""
+    champion_config: str | None
+    """The champion's entry as its version's `config` tag records it, name@sha256; None: there is
+    no champion, or it was registered before versions recorded their entry (`decide` tells the
+    two apart by whether there is a champion's evaluation)."""
+    champion: list[FoldResult]
+    """The folds measured for the champion's entry."""
+
+
 def decide(
     challenger: Evaluation,
     champion: Evaluation | None,
@@ -121,20 +142,32 @@ def decide(
     *,
     champion_version: str | None = None,
     subject: str = "",
+    folds: FoldComparison | None = None,
 ) -> GateReport:
     """Judge the challenger by every rule of the policy (`policy.rule_names`); it is promoted
-    only if all pass. The evaluations must be of the policy's task."""
+    only if all pass. The evaluations, and the backtest `folds` when given, must be of the
+    policy's task; `folds` is needed when the policy's `backtest_folds` is above 0 and there is a
+    champion."""
     for name, evaluation in (("challenger", challenger), ("champion", champion)):
         if evaluation is not None and evaluation.task != policy.task:
             raise ValueError(
                 f"{name}: a {evaluation.task} evaluation cannot be judged by a {policy.task} policy"
             )
+    if folds is not None:
+        for fold in (*folds.challenger, *folds.champion):
+            if fold.task != policy.task:
+                raise ValueError(
+                    f"fold {fold.fold} of {fold.config}: a {fold.task} fold cannot be judged by a"
+                    f" {policy.task} policy"
+                )
+    judged_folds = _fold_rule(folds, champion, champion_version, policy)
     if isinstance(policy, RegressionGatePolicy):
         rules = [
             finite_metrics(challenger, policy),
             regression_absolute_floor(challenger, policy),
             regression_no_regression(challenger, champion, policy),
             regression_no_slice_regression(challenger, champion, policy),
+            judged_folds,
             beats_baseline(challenger, policy),
         ]
     elif isinstance(policy, MulticlassGatePolicy):
@@ -143,6 +176,7 @@ def decide(
             multiclass_absolute_floor(challenger, policy),
             multiclass_no_regression(challenger, champion, policy),
             multiclass_no_slice_regression(challenger, champion, policy),
+            judged_folds,
             class_recall_floor(challenger, policy),
         ]
     else:
@@ -151,6 +185,7 @@ def decide(
             absolute_floor(challenger, policy),
             no_regression(challenger, champion, policy),
             no_slice_regression(challenger, champion, policy),
+            judged_folds,
             beats_baseline(challenger, policy),
         ]
     passed = all(r.passed for r in rules)
@@ -576,3 +611,164 @@ def class_recall_floor(challenger: Evaluation, policy: MulticlassGatePolicy) -> 
             f" {_num(overall.min_recall)}{unjudged}"
         )
     return RuleResult("class_recall_floor", not failures, summary, failures)
+
+
+def _fold_rule(
+    folds: FoldComparison | None,
+    champion: Evaluation | None,
+    champion_version: str | None,
+    policy: Policy,
+) -> RuleResult:
+    """`no_fold_regression` as `decide` judges it: a champion with no folds given fails when the
+    policy asks for folds."""
+    if folds is None:
+        if policy.backtest_folds and champion is not None:
+            line = (
+                f"backtest_folds is {policy.backtest_folds}, but the gate was given no backtest"
+                " folds to judge"
+            )
+            return RuleResult("no_fold_regression", False, line, [line])
+        folds = FoldComparison("", [], None, [])
+    return no_fold_regression(
+        folds.challenger,
+        None if champion is None else folds.champion,
+        policy,
+        challenger_config=folds.challenger_config,
+        champion_config=folds.champion_config,
+        champion_version=champion_version,
+    )
+
+
+def no_fold_regression(
+    challenger: Sequence[FoldResult],
+    champion: Sequence[FoldResult] | None,
+    policy: Policy,
+    *,
+    challenger_config: str,
+    champion_config: str | None,
+    champion_version: str | None = None,
+) -> RuleResult:
+    """On each of the latest `policy.backtest_folds` folds of the challenger's catalog entry
+    (`challenger_config`, name@sha256; one result per fold, the last given), the entry's metric is
+    no worse than that of the champion's entry (`champion_config`) on the same fold, within the
+    task's no_regression tolerance of the metric: a drop of ROC AUC or macro F1, a rise of RMSE
+    as a fraction of the champion's.
+
+    `champion` None: there is no champion, and the rule passes. A champion without a recorded
+    entry (`champion_config` None), a challenger without one, fewer folds of the challenger's
+    entry than judged, and a judged fold the champion's entry lacks all fail, naming the folds
+    and the command that runs them. The champion's own entry and settings pass: the folds are
+    the same ones. Folds are compared by entry and settings (sha256), not by weights."""
+    rule, wanted = "no_fold_regression", policy.backtest_folds
+    if wanted == 0:
+        return RuleResult(rule, True, "not judged: backtest_folds is 0")
+    if champion is None:
+        return RuleResult(rule, True, "no champion yet")
+
+    def failed(line: str) -> RuleResult:
+        return RuleResult(rule, False, line, [line])
+
+    if champion_config is None:
+        named = f"the champion v{champion_version}" if champion_version else "the champion"
+        return failed(
+            f"{named} records no catalog entry (it was registered before versions recorded their"
+            " `config` tag), so its backtest folds cannot be found; run model_evaluation once"
+            " with backtest_folds=0: the model it promotes records its entry"
+        )
+    if not challenger_config:
+        return failed(
+            "the challenger's training records no catalog entry, so its backtest folds cannot be"
+            " found; train it from an entry of the use case's catalog"
+        )
+    if challenger_config == champion_config:
+        return RuleResult(
+            rule, True, f"the champion's entry {_config(champion_config)}: the same folds"
+        )
+    ours_name, ours_sha = _entry(challenger_config)
+    theirs_name, theirs_sha = _entry(champion_config)
+    ours = latest_by_fold([r for r in challenger if r.entry_sha256 == ours_sha])[-wanted:]
+    theirs = {r.fold: r for r in champion if r.entry_sha256 == theirs_sha}
+    if len(ours) < wanted:
+        latest = sorted(theirs)[-wanted:]
+        months = (
+            f" FOLDS={_span(latest, '...')}"
+            if len(latest) == wanted
+            else f" FOLDS=FIRST...LAST (the last {wanted} months)"
+        )
+        return failed(
+            f"the challenger's entry {_config(challenger_config)} has {len(ours)} of the"
+            f" {wanted} backtest folds judged; run them: make backtest CONFIG={ours_name}{months}"
+        )
+    missing = [r.fold for r in ours if r.fold not in theirs]
+    if missing:
+        rerun = f"run them: make backtest CONFIG={theirs_name} FOLDS={_span(missing, '...')}"
+        if theirs_name == ours_name:  # the entry's settings changed since the champion trained
+            rerun = (
+                f"make backtest CONFIG={theirs_name} runs the entry's settings as they are now,"
+                " not the champion's, so run model_evaluation once with backtest_folds=0 to judge"
+                " without folds"
+            )
+        return failed(
+            f"the champion's entry {_config(champion_config)} lacks {len(missing)} of the last"
+            f" {wanted} folds of the challenger's ({', '.join(missing)}); {rerun}"
+        )
+    worse = [mine for mine in ours if not _fold_no_worse(mine, theirs[mine.fold], policy)]
+    failures = [_fold_line(mine, theirs[mine.fold], policy) for mine in worse]
+    against = f"the champion's entry {_config(champion_config)}"
+    if failures:
+        summary = (
+            f"worse than {against} on {len(worse)} of the last {wanted} folds"
+            f" ({', '.join(mine.fold for mine in worse)})"
+        )
+    else:
+        summary = (
+            f"not worse than {against} on any of the last {wanted} folds"
+            f" ({_span([r.fold for r in ours], ' … ')})"
+        )
+    return RuleResult(rule, not failures, summary, failures)
+
+
+def _entry(config: str) -> tuple[str, str]:
+    """(name, sha256) of an entry recorded as name@sha256."""
+    name, _, sha256 = config.rpartition("@")
+    return name, sha256
+
+
+def _config(config: str) -> str:
+    """An entry as a person reads it: name@sha256[:12], as a training's `config` tag."""
+    name, sha256 = _entry(config)
+    return f"{name}@{sha256[:12]}"
+
+
+def _span(folds: Sequence[str], between: str) -> str:
+    return folds[0] if len(folds) == 1 else f"{folds[0]}{between}{folds[-1]}"
+
+
+def _fold_no_worse(mine: FoldResult, theirs: FoldResult, policy: Policy) -> bool:
+    """The challenger's fold metric within the tolerance of the champion's; False for NaN."""
+    tolerance = policy.tolerance(mine.metric)
+    if isinstance(policy, RegressionGatePolicy):
+        return _error_no_worse(mine.value, theirs.value, tolerance)
+    return _no_worse(mine.value, theirs.value, True, tolerance)
+
+
+def _fold_line(mine: FoldResult, theirs: FoldResult, policy: Policy) -> str:
+    """E.g. "2013-05-01: roc_auc 0.701 [0.690, 0.712] < champion's 0.720 [0.709, 0.731] -
+    0.005"; a regression's tolerance is a fraction: "rmse 12.9 [...] > champion's 12 [...] +
+    2.0%"."""
+    tolerance = policy.tolerance(mine.metric)
+    regression = isinstance(policy, RegressionGatePolicy)
+    shown = _amount if regression else _num
+
+    def figure(fold: FoldResult) -> str:
+        return f"{shown(fold.value)} [{shown(fold.low)}, {shown(fold.high)}]"
+
+    if not (math.isfinite(mine.value) and math.isfinite(theirs.value)):
+        relation, allowed = "cannot be compared with", ""
+    elif regression:
+        relation, allowed = ">", f" + {tolerance:.1%}"
+    else:
+        relation, allowed = "<", f" - {tolerance:.3f}"
+    return (
+        f"{mine.fold}: {mine.metric} {figure(mine)} {relation} champion's {figure(theirs)}{allowed}"
+    )

@@ -294,6 +294,53 @@ def realized_over_time(history: Sequence[Mapping], tested: float | None, metric:
         plt.close(figure)
 
 
+def folds_over_time(by_config: Mapping[str, Sequence[Mapping]], baseline: str | None) -> bytes:
+    """A backtest's metric per fold (the `ml.backtest.FoldResult` documents of each catalog
+    entry, by its `config`, in fold order): each entry's figure with its bootstrap interval, a
+    line per entry, and the naive forecast's figure per fold (the same rows whichever entry)
+    dashed. An undefined figure (None) is left out."""
+    documents = [d for results in by_config.values() for d in results]
+    folds = sorted({str(d["fold"]) for d in documents})
+    at = {fold: i for i, fold in enumerate(folds)}
+    metric = str(documents[0]["metric"]) if documents else "metric"
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.5), dpi=100)
+    try:
+        forecast: dict[str, float] = {}
+        for n, (config, results) in enumerate(sorted(by_config.items())):
+            shift = (n - (len(by_config) - 1) / 2) * 0.08
+            x = np.array([at[str(d["fold"])] for d in results]) + shift
+            value, low, high = (
+                np.array([math.nan if d[k] is None else d[k] for d in results], dtype="float64")
+                for k in ("value", "low", "high")
+            )
+            axes.errorbar(
+                x, value, yerr=[value - low, high - value], fmt="o-", capsize=3, label=config
+            )
+            forecast |= {
+                str(d["fold"]): d["baseline"] for d in results if d["baseline"] is not None
+            }
+        if forecast:
+            shown = sorted(forecast)
+            axes.plot(
+                [at[f] for f in shown],
+                [forecast[f] for f in shown],
+                color="grey",
+                linestyle="--",
+                marker="x",
+                label=f"naive forecast ({baseline})",
+            )
+        axes.set_xticks(range(len(folds)), [f[:7] for f in folds], fontsize=7,
+                        rotation=45 if len(folds) > 8 else 0)  # fmt: skip
+        axes.set_xlabel("fold (the month tested)")
+        axes.set_ylabel(metric)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
 def realized_slices(rows: Sequence[Mapping], tested: float | None, metric: str) -> bytes:
     """One panel per slice: realized `metric` per value with its bootstrap interval (rows as
     `ml.realized` reports them), the model's tested figure as a dashed line."""

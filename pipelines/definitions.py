@@ -20,6 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.backtest import backtest_assets
 from assets.deployment import deployment_assets
 from assets.evaluation import evaluation_assets
 from assets.features import feature_assets
@@ -200,7 +201,7 @@ OWNERS = {
     "validation": ["team:data-platform"],
     "features": ["team:data-platform", "team:ml-platform"],
     "training": ["team:ml-platform"],
-    "tuning": ["team:ml-platform"],
+    "experiments": ["team:ml-platform"],
     "evaluation": ["team:ml-platform"],
     "deployment": ["team:ml-platform"],
     "inference": ["team:ml-platform"],
@@ -231,6 +232,7 @@ def use_case_definitions(
         *feature_assets(case, settings.days_per_run),
         *training_assets(case),
         *tuning_assets(case),
+        *backtest_assets(case),
         *evaluation_assets(case),
         *deployment_assets(case),
         *inference_assets(case),

@@ -33,7 +33,7 @@ LIFECYCLE_GROUPS = {
     "validation",
     "features",
     "training",
-    "tuning",
+    "experiments",
     "evaluation",
     "deployment",
     "inference",

@@ -271,6 +271,7 @@ def test_the_api_serves_the_graph_partitions_checks_schedules_and_sensors(server
         "absolute_floor",
         "no_regression",
         "no_slice_regression",
+        "no_fold_regression",
         "beats_baseline",
     }
     assert nodes["onnx_model"]["assetChecksOrError"]["checks"] == [
@@ -566,7 +567,7 @@ def test_a_person_materializes_backfills_and_reads_the_model_in_the_browser(
     page.goto(f"{server.url}/assets/{CASE.name}/model_evaluation?view=checks")
     for rule in (
         *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
-        "beats_baseline",
+        *("no_fold_regression", "beats_baseline"),
     ):
         page.get_by_text(rule, exact=True).first.wait_for()
     page.get_by_text("Passed", exact=False).first.wait_for()

@@ -111,6 +111,7 @@ def test_the_bands_model_is_trained_gated_exported_registered_and_serves(lifecyc
         "absolute_floor": True,
         "no_regression": True,
         "no_slice_regression": True,
+        "no_fold_regression": True,
         "class_recall_floor": True,
         "onnx_parity": True,
     }

@@ -160,6 +160,7 @@ def test_the_regression_is_trained_gated_exported_registered_and_serves(lifecycl
         "absolute_floor": True,
         "no_regression": True,
         "no_slice_regression": True,
+        "no_fold_regression": True,
         "beats_baseline": True,
         "onnx_parity": True,
     }

@@ -53,6 +53,7 @@ LIFECYCLE_ASSETS = {
     "training_set",
     "trained_model",
     "study",
+    "backtest",
     "model_evaluation",
     "onnx_model",
     "registered_model",
@@ -64,14 +65,17 @@ LIFECYCLE_ASSETS = {
 GATE_RULES = {
     "binary": (
         *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+        "no_fold_regression",
         "beats_baseline",
     ),
     "regression": (
         *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+        "no_fold_regression",
         "beats_baseline",
     ),
     "multiclass": (
         *("finite_metrics", "absolute_floor", "no_regression", "no_slice_regression"),
+        "no_fold_regression",
         "class_recall_floor",
     ),
 }

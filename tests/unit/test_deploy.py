@@ -2,9 +2,11 @@
 read as text, the Helm values against the chart's own values schema, the step pods that
 dagster-k8s would build from the assets' tags, and the training pods' account. Helm's templates
 are not rendered here (no helm binary), nor is the image built. The RBAC Role is checked against
-the API calls the launchers make in tests/integration/test_deploy.py."""
+the API calls the launchers make in tests/integration/test_deploy.py. Last, the tags a registered
+model version records (`ml.deploy.plan_registration`), of a one-node ONNX file."""
 
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -15,12 +17,19 @@ from typing import Any
 import dagster as dg
 import jsonschema
 import kubernetes_validate
+import numpy as np
+import onnx
 import pytest
 import yaml
 from kubernetes import client as k8s
+from onnx import TensorProto, helper
 from referencing import Registry, Resource
 
+from declare import Label
+from ml.deploy import CONFIG_TAG, OnnxModel, plan_registration
+from ml.results import TrainedRun
 from tests.unit.test_k8s_launchers import K8S_VERSIONS, OLDEST_K8S, one_pod
+from tests.unit.test_promotion_guard import WEIGHTS, evaluation
 
 pytestmark = pytest.mark.unit
 
@@ -293,7 +302,8 @@ def test_step_jobs_validate_and_only_training_asks_for_a_gpu(version):
         resources = container["resources"]
         assert resources["requests"] == resources["limits"], name
         gpus = resources["limits"].get("nvidia.com/gpu")
-        trains = name.endswith(("__trained_model", "__study"))  # a study's trials train
+        # a study's trials train, and a backtest's folds
+        trains = name.endswith(("__trained_model", "__study", "__backtest"))
         assert (gpus is not None) == trains, name
     name = "flights__trained_model"
     training = step_job(asset_ops()[name], name)["spec"]["template"]["spec"]
@@ -347,3 +357,29 @@ def test_kubernetes_validation_rejects_a_broken_manifest():
     broken["spec"]["egress"][1]["ports"][0]["protocol"] = ["UDP"]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, desired_version=OLDEST_K8S, strict=True)
+
+
+# --- A registered version's tags ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("catalog", "tag"),
+    [({"name": "tuned", "sha256": "ab" * 32}, "tuned@" + "ab" * 32), ({"name": ""}, None)],
+)
+def test_a_version_is_tagged_with_the_catalog_entry_its_run_manifest_records(
+    tmp_path: Path, catalog: dict[str, str], tag: str | None
+):
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [value], [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    ])  # fmt: skip
+    onnx.save_model(helper.make_model(graph), tmp_path / "model.onnx")
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": {"catalog": catalog}}))
+    run = TrainedRun(str(tmp_path), "f" * 64, "trips_v1", "mlflow-run-1")
+    judged = dataclasses.replace(evaluation(np.linspace(0.01, 0.99, 2_000)), trained=run)
+    exported = OnnxModel(str(tmp_path / "model.onnx"), "0" * 64, WEIGHTS, {"passed": True}, False)
+    label = Label(view="trip_outcome", column="late", task="binary", table="trips")
+    plan = plan_registration("trips", judged, exported, "3", label, "r", 0o640)
+    assert plan.tags.get(CONFIG_TAG) == tag and CONFIG_TAG == "config"
+    assert plan.tags["weights_sha256"] == WEIGHTS
+    assert plan.documents["manifest.json"] == {"config": {"catalog": catalog}}

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,14 @@ from declare.gate import (
     POLICIES,
     TASKS,
     GatePolicy,
+    MulticlassGatePolicy,
     RegressionGatePolicy,
     policy_from_dict,
     rule_names,
     rules_table,
 )
-from ml.gate import GateReport, decide
+from ml.backtest import FoldResult
+from ml.gate import FoldComparison, GateReport, decide, no_fold_regression
 from ml.metrics import (
     BaselineComparison,
     BinaryMetrics,
@@ -484,3 +487,217 @@ def test_the_rules_table_names_every_rule_with_its_tasks_and_defaults():
     assert "binary: `min_roc_auc` = 0.65, `max_calibration_error` = 0.1;" in floor
     assert "regression: `max_rmse` = None, `max_mae` = None, `min_r2` = 0.0" in floor
     assert rows["finite_metrics"].endswith("| `min_slice_rows` = 200 |")
+
+
+# Backtest folds: the challenger's catalog entry against the champion's, month by month.
+TUNED, BASELINE = "tuned@" + "b" * 64, "baseline@" + "a" * 64
+MONTHS = ("2013-02-01", "2013-03-01", "2013-04-01", "2013-05-01")
+FOLD_METRIC = {"binary": "roc_auc", "regression": "rmse", "multiclass": "macro_f1"}
+
+
+def fold(config: str, month: str, value: float, task: str = "binary") -> FoldResult:
+    """What the backtest measured for `config` (name@sha256) on `month`: `value`, ± 0.011."""
+    name, _, sha256 = config.partition("@")
+    metric = FOLD_METRIC[task]
+    return FoldResult(
+        fold=month,
+        window={"start": "2013-01-01", "validation_start": "2013-01-22", "test_start": month},
+        entry=name,
+        entry_sha256=sha256,
+        task=task,
+        metric=metric,
+        higher_is_better=metric != "rmse",
+        value=value,
+        low=value - 0.011,
+        high=value + 0.011,
+        rows=28_000,
+        baseline=None,
+        baseline_rows=0,
+        data_fingerprint="f" * 64,
+        weights_sha256="e" * 64,
+        mlflow_run_id="run-1",
+    )
+
+
+def folds(config: str, values: Sequence[float], task: str = "binary") -> list[FoldResult]:
+    """`config`'s folds of the last `len(values)` months, oldest first."""
+    months = MONTHS[len(MONTHS) - len(values) :]
+    return [fold(config, m, v, task) for m, v in zip(months, values, strict=True)]
+
+
+def comparison(ours: Sequence[float], theirs: Sequence[float], **changes) -> FoldComparison:
+    """The tuned challenger's folds against the baseline champion's."""
+    compared = FoldComparison(TUNED, folds(TUNED, ours), BASELINE, folds(BASELINE, theirs))
+    return dataclasses.replace(compared, **changes)
+
+
+THREE_FOLDS = GatePolicy(backtest_folds=3)
+
+
+def fold_rule(compared: FoldComparison | None, policy=THREE_FOLDS, champion=True):
+    """The gate's report with a binary champion (v4) as good as the challenger, unless there is
+    none, and its no_fold_regression rule."""
+    report = decide(
+        evaluation(),
+        evaluation() if champion else None,
+        policy,
+        champion_version="4" if champion else None,
+        folds=compared,
+    )
+    return report, report.rule("no_fold_regression")
+
+
+def test_the_last_k_folds_gate_rule_blocks_a_challenger_worse_on_one_fold():
+    # February is far worse but not among the last 3 folds; May is worse by 0.015 > 0.005.
+    report, rule = fold_rule(comparison([0.60, 0.73, 0.72, 0.705], [0.70, 0.72, 0.72, 0.72]))
+    assert report.decision == "reject" and report.reasons == [rule.summary]
+    assert rule.summary == (
+        "worse than the champion's entry baseline@aaaaaaaaaaaa on 1 of the last 3 folds"
+        " (2013-05-01)"
+    )
+    assert rule.failures == [
+        "2013-05-01: roc_auc 0.705 [0.694, 0.716] < champion's 0.720 [0.709, 0.731] - 0.005"
+    ]
+    assert [r.rule for r in report.rules] == list(rule_names("binary"))
+
+
+def test_the_last_k_folds_rule_passes_a_challenger_no_worse_on_any_of_them():
+    report, rule = fold_rule(comparison([0.60, 0.73, 0.716, 0.72], [0.70, 0.72, 0.72, 0.72]))
+    assert report.passed and rule.failures == []
+    assert rule.summary == (
+        "not worse than the champion's entry baseline@aaaaaaaaaaaa on any of the last 3 folds"
+        " (2013-03-01 … 2013-05-01)"
+    )
+
+
+def test_the_fold_rule_is_not_judged_at_zero_folds_nor_without_a_champion():
+    worse = comparison([0.5, 0.5, 0.5], [0.7, 0.7, 0.7])
+    report, rule = fold_rule(worse, policy=GatePolicy())
+    assert report.passed and rule.summary == "not judged: backtest_folds is 0"
+    assert fold_rule(None, policy=GatePolicy())[1].passed
+    report, rule = fold_rule(worse, champion=False)
+    assert report.passed and rule.summary == "no champion yet"
+    assert fold_rule(None, champion=False)[1].passed
+
+
+def test_a_challenger_of_the_champions_own_entry_and_settings_passes_on_the_same_folds():
+    report, rule = fold_rule(
+        comparison([math.nan], [math.nan], challenger_config=BASELINE, challenger=[])
+    )
+    assert report.passed
+    assert rule.summary == "the champion's entry baseline@aaaaaaaaaaaa: the same folds"
+
+
+def test_the_fold_rule_fails_when_the_challengers_entry_lacks_folds_naming_the_command():
+    report, rule = fold_rule(comparison([0.73, 0.73], [0.72, 0.72, 0.72, 0.72]))
+    assert report.decision == "reject"
+    assert rule.failures == [
+        "the challenger's entry tuned@bbbbbbbbbbbb has 2 of the 3 backtest folds judged; run"
+        " them: make backtest CONFIG=tuned FOLDS=2013-03-01...2013-05-01"
+    ]
+
+
+def test_the_fold_rule_fails_when_the_champions_entry_lacks_one_of_the_folds():
+    compared = comparison([0.73, 0.73, 0.73], [0.72, 0.72, 0.72])
+    compared = dataclasses.replace(
+        compared, champion=[f for f in compared.champion if f.fold != "2013-04-01"]
+    )
+    report, rule = fold_rule(compared)
+    assert report.decision == "reject"
+    assert rule.failures == [
+        "the champion's entry baseline@aaaaaaaaaaaa lacks 1 of the last 3 folds of the"
+        " challenger's (2013-04-01); run them: make backtest CONFIG=baseline FOLDS=2013-04-01"
+    ]
+
+
+def test_folds_of_other_settings_of_the_champions_entry_do_not_count():
+    # The champion's entry ran May only with settings other than the champion's.
+    stale = fold("baseline@" + "c" * 64, "2013-05-01", 0.5)
+    theirs = [fold(BASELINE, "2013-03-01", 0.72), fold(BASELINE, "2013-04-01", 0.72), stale]
+    rule = fold_rule(comparison([0.73] * 3, [], champion=theirs))[1]
+    assert not rule.passed
+    assert "lacks 1 of the last 3 folds of the challenger's (2013-05-01)" in rule.summary
+
+
+def test_a_champion_of_the_entry_before_its_settings_changed_is_judged_without_folds():
+    changed = "baseline@" + "d" * 64
+    compared = comparison([0.73] * 3, [0.72], challenger_config=changed)
+    rule = fold_rule(
+        dataclasses.replace(compared, challenger=folds(changed, [0.73] * 3)),
+    )[1]
+    assert rule.summary == (
+        "the champion's entry baseline@aaaaaaaaaaaa lacks 2 of the last 3 folds of the"
+        " challenger's (2013-03-01, 2013-04-01); make backtest CONFIG=baseline runs the entry's"
+        " settings as they are now, not the champion's, so run model_evaluation once with"
+        " backtest_folds=0 to judge without folds"
+    )
+
+
+def test_a_champion_without_a_recorded_entry_fails_saying_how_to_proceed():
+    report, rule = fold_rule(comparison([0.73] * 3, [0.72] * 3, champion_config=None))
+    assert report.decision == "reject"
+    assert rule.summary.startswith("the champion v4 records no catalog entry")
+    assert "run model_evaluation once with backtest_folds=0" in rule.summary
+
+
+def test_a_champion_and_no_folds_given_fails_when_the_policy_asks_for_folds():
+    report, rule = fold_rule(None)
+    assert report.decision == "reject"
+    assert rule.summary == "backtest_folds is 3, but the gate was given no backtest folds to judge"
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [(math.nan, 0.72), (0.72, math.nan)])
+def test_a_nan_fold_value_fails_the_fold_rule(ours, theirs):
+    report, rule = fold_rule(comparison([0.72, 0.72, ours], [0.72, 0.72, theirs]))
+    assert report.decision == "reject"
+    assert rule.failures[0].startswith("2013-05-01: roc_auc ")
+    assert "cannot be compared with champion's" in rule.failures[0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "worse", "not_worse"),
+    [
+        # A drop of ROC AUC or macro F1 beyond the tolerance is worse; a rise of RMSE beyond the
+        # tolerance's fraction of the champion's (12 * 2% = 0.24) is worse, a fall never.
+        (GatePolicy(backtest_folds=2), 0.714, 0.716),
+        (MulticlassGatePolicy(backtest_folds=2), 0.709, 0.711),
+        (RegressionGatePolicy(backtest_folds=2), 12.25, 12.23),
+    ],
+)
+def test_each_tasks_fold_metric_is_judged_in_its_direction_with_its_tolerance(
+    policy, worse, not_worse
+):
+    task = policy.task
+    best = 12.0 if task == "regression" else 0.72
+    champion = folds(BASELINE, [best, best], task)
+
+    def judged(value: float):
+        ours = folds(TUNED, [best, value], task)
+        return no_fold_regression(
+            ours, champion, policy, challenger_config=TUNED, champion_config=BASELINE
+        )
+
+    assert not judged(worse).passed and judged(not_worse).passed
+    better = 9.0 if task == "regression" else 0.9
+    assert judged(better).passed
+    if task == "regression":
+        assert judged(worse).failures == [
+            "2013-05-01: rmse 12.25 [12.24, 12.26] > champion's 12 [11.99, 12.01] + 2.0%"
+        ]
+
+
+def test_folds_of_another_task_are_refused():
+    with pytest.raises(ValueError, match="fold 2013-05-01 of tuned@bbbbbbbbbbbb: a regression"):
+        compared = FoldComparison(TUNED, folds(TUNED, [10.0], "regression"), BASELINE, [])
+        decide(evaluation(), evaluation(), GatePolicy(backtest_folds=1), folds=compared)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_backtest_folds_is_zero_by_default_refused_below_and_read_from_older_dicts(policy):
+    assert policy().backtest_folds == 0
+    with pytest.raises(ValueError, match="backtest_folds=-1"):
+        policy(backtest_folds=-1)
+    asked = policy(backtest_folds=3)
+    assert policy_from_dict(asked.to_dict()) == asked
+    older = {k: v for k, v in asked.to_dict().items() if k != "backtest_folds"}
+    assert policy_from_dict(older) == policy()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from declare import (
     Automation,
+    BacktestPolicy,
     Catalog,
     Choice,
     DailyPartitions,
@@ -154,6 +155,9 @@ USE_CASE = UseCase(
             "end": "2015-08-29",
         },
     ),
+    # Its rolling backtest: a fold per month from June 2015 (those of `make run`'s window),
+    # each trained on the eight weeks before it, the last two validation.
+    backtest=BacktestPolicy(first="2015-06-01", train_days=56, validation_days=14),
     # The seasonal-naive forecast: the same station's riders on the same weekday a week before.
     baseline="station_history__rides_lag_7d",
     # Its named training configurations. It trains `week_residual` unless a run names another:
