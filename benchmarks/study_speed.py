@@ -3,9 +3,9 @@
     python -m benchmarks.study_speed --data <training set> --workers 2 --trials 6 --epochs 4
 
 One measure: the flights' `study` asset materialized in a fresh home (the path `make tune` and
-the UI take: LocalTorchrun, MLflow, journal storage), on the synthetic training set of
-`benchmarks.training_speed`, from a catalog entry of `--epochs` epochs and no early stop. Every
-trial is in the sampler's random start (seeded; its values drawn in the order trials are asked
+the UI take: LocalTorchrun, MLflow, journal storage or `--storage`), on the synthetic training
+set of `benchmarks.training_speed`, from a catalog entry of `--epochs` epochs and no early stop.
+Every trial is in the sampler's random start (seeded; its values drawn in the order trials are asked
 for) and nothing is pruned, so 1 and 2 workers train the same trials, each the same number of
 epochs. Prints one JSON line: the wall time and the trials' best loss, which both sides must
 share.
@@ -29,6 +29,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument(
+        "--storage",
+        default="",
+        help="the study's storage (e.g. a PostgreSQL URL, the production profile's); default:"
+        " a journal file in the measure's home",
+    )
     args = parser.parse_args()
 
     import dagster as dg
@@ -65,9 +71,12 @@ def main() -> None:
                 "lake_paths": lake_paths,
                 "launcher": LocalTorchrun(output_root=str(home / "models")),
                 "mlflow": local_registry(home),
-                "studies": StudyStorage(url=f"journal:{home / 'studies.log'}"),
+                "studies": StudyStorage(url=args.storage or f"journal:{home / 'studies.log'}"),
             },
-            run_config={"ops": {"flights__study": {"config": {"workers": args.workers}}}},
+            # A study of its own on a shared storage: never resumed from another measure's.
+            run_config={
+                "ops": {"flights__study": {"config": {"workers": args.workers, "study": home.name}}}
+            },
             instance=dg.DagsterInstance.ephemeral(),
         )
         seconds = time.perf_counter() - began
