@@ -39,7 +39,8 @@ warnings.filterwarnings(
 
 
 def backtest_assets(case: UseCase) -> list[dg.AssetsDefinition]:
-    return [_backtest(case)]
+    """Its backtest, when its partitions hold a fold (`UseCase.backtests`)."""
+    return [_backtest(case)] if case.backtests else []
 
 
 def backtest_partitions(case: UseCase) -> dg.MultiPartitionsDefinition:

@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         case = choose_use_case(USE_CASES, args.use_case)
         entry = args.config or case.config
         case.configs.entry(entry)
+        if not case.backtests:
+            raise ValueError(f"use case {case.name!r} has no backtest: no whole fold fits its days")
         months = backtest_partitions(case).get_partitions_def_for_dimension(FOLD)
         folds = chosen_folds(list(months.get_partition_keys()), args.folds)
     except ValueError as error:

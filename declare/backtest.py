@@ -22,7 +22,8 @@ class BacktestPolicy:
 
     first: str = ""
     """The first fold's month, as its first day (YYYY-MM-01); empty: the first month that
-    starts `train_days` or more after the partitions' first day."""
+    starts `train_days` or more after the partitions' first day. Partitions that do not hold
+    that fold whole have no backtest (`UseCase.backtests`); a declared `first` must fit."""
     train_days: int = 28
     """Days a fold trains on (its validation days included), ending the day before its month."""
     validation_days: int = 7
@@ -59,6 +60,12 @@ class BacktestPolicy:
             return dt.date.fromisoformat(self.first)
         earliest = dt.date.fromisoformat(partitions_start) + dt.timedelta(days=self.train_days)
         return earliest if earliest.day == 1 else next_month(earliest)
+
+    def fits(self, partitions_start: str, partitions_end: str) -> bool:
+        """Whether partitions from `partitions_start` to the day before `partitions_end` hold
+        the first fold's days whole: a use case of a few weeks has no fold."""
+        fold = self.split(self.first_fold(partitions_start))
+        return partitions_start <= fold["start"] and fold["end"] <= partitions_end
 
     def split(self, fold: dt.date) -> dict[str, str]:
         """Fold `fold`'s `training_set` window (`declare.SPLIT_DAYS`): `train_days` before the

@@ -472,14 +472,20 @@ class UseCase:
             raise _refuse(self.name, *drift)
         if (window := self.window.problem()) is not None:
             raise _refuse(self.name, *window)
-        fold = self.backtest.split(self.backtest.first_fold(self.partitions.start))
-        if fold["start"] < self.partitions.start or fold["end"] > self.partitions.end:
+        if self.backtest.first and not self.backtests:
+            fold = self.backtest.split(self.backtest.first_fold(self.partitions.start))
             raise _refuse(
                 self.name,
                 "backtest.first",
                 f"the first fold's days [{fold['start']}, {fold['end']}) must lie in the"
                 f" partitions [{self.partitions.start}, {self.partitions.end})",
             )
+
+    @property
+    def backtests(self) -> bool:
+        """Whether it has a rolling backtest: its partitions hold its first fold whole (a
+        declared `backtest.first` must; by default a use case of a few weeks has none)."""
+        return self.backtest.fits(self.partitions.start, self.partitions.end)
 
     def _check_catalog(self) -> None:
         """Every entry of the catalog reads as one (its settings are checked where the training

@@ -223,16 +223,23 @@ def build_jobs(case: UseCase) -> list[Job]:
             ),
             tags=run_limits(max_runtime_s=12 * HOUR, run_retries=1),
         ),
-        dg.define_asset_job(
-            definition_name(case, "backtest"),
-            selection=_assets(case, "backtest"),
-            description=(
-                "A rolling backtest: a catalog entry (partition dimension `config`) trained on"
-                f" the {case.backtest.train_days} days before a month and tested on the month"
-                " (dimension `fold`), its metric with a bootstrap interval beside the naive"
-                " forecast's. Backfill a row of folds to run them all."
-            ),
-            tags=run_limits(max_runtime_s=2 * HOUR, run_retries=1),
+        *(
+            [
+                dg.define_asset_job(
+                    definition_name(case, "backtest"),
+                    selection=_assets(case, "backtest"),
+                    description=(
+                        "A rolling backtest: a catalog entry (partition dimension `config`)"
+                        f" trained on the {case.backtest.train_days} days before a month and"
+                        " tested on the month (dimension `fold`), its metric with a bootstrap"
+                        " interval beside the naive forecast's. Backfill a row of folds to run"
+                        " them all."
+                    ),
+                    tags=run_limits(max_runtime_s=2 * HOUR, run_retries=1),
+                ),
+            ]
+            if case.backtests  # a use case of a few weeks has no fold
+            else []
         ),
         dg.define_asset_job(
             definition_name(case, "score_day"),

@@ -8,11 +8,12 @@ import math
 
 import pytest
 
-from assets.backtest import CONFIG, FOLD, backtest_partitions
+from assets.backtest import CONFIG, FOLD, backtest_assets, backtest_partitions
 from cli.backtest import chosen_folds
 from declare import BacktestError, BacktestPolicy, DeclarationError
 from ml.backtest import FoldRefused, FoldResult, check_parts, fold_month, latest_by_fold
 from ml.plots import folds_over_time
+from pipelines.jobs import build_jobs
 from usecases import FLIGHTS, RIDERSHIP
 
 pytestmark = pytest.mark.unit
@@ -157,3 +158,14 @@ def test_a_fold_without_rows_in_a_part_is_refused_naming_the_part_and_its_days()
         check_parts("2013-02-01", window, {"validation": 5, "test": 20})
     with pytest.raises(FoldRefused, match=r"fold 2013-02-01: no test rows"):
         check_parts("2013-02-01", window, {"train": 10, "validation": 5, "test": 0})
+
+
+def test_a_use_case_of_a_few_weeks_has_no_backtest_unless_it_declares_one():
+    short = dataclasses.replace(
+        FLIGHTS, partitions=dataclasses.replace(FLIGHTS.partitions, end="2013-01-25")
+    )
+    assert not short.backtests and backtest_assets(short) == []
+    assert not any(job.name.endswith("_backtest") for job in build_jobs(short))
+    assert FLIGHTS.backtests and len(backtest_assets(FLIGHTS)) == 1
+    with pytest.raises(DeclarationError, match=r"backtest\.first"):
+        dataclasses.replace(short, backtest=BacktestPolicy(first="2013-02-01"))

@@ -90,11 +90,13 @@ BUNDLED_TABLES = {
 
 def declared_assets(case: UseCase) -> set[str]:
     """A use case's assets, as its declaration names them: its event tables' raw, validated and
-    quarantined days, its dimensions and feature tables, and the generic stages."""
+    quarantined days, its dimensions and feature tables, and the generic stages (a backtest
+    where its days hold a fold)."""
     stages = ("raw", "validated", "quarantined")
     tables = {f"{stage}_{table.name}" for table in case.event_tables for stage in stages}
     tables |= {dimension.name for dimension in case.dimensions}
-    return tables | {spec.name for spec in case.feature_tables} | LIFECYCLE_ASSETS
+    lifecycle = LIFECYCLE_ASSETS if case.backtests else LIFECYCLE_ASSETS - {"backtest"}
+    return tables | {spec.name for spec in case.feature_tables} | lifecycle
 
 
 def declared_checks(case: UseCase) -> set[tuple[str, str]]:
