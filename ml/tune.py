@@ -17,7 +17,8 @@ trials are real trainings, side by side, on storage several workers share.
   heartbeat is older than `grace_s` lost its worker (a killed process, a lost pod): it is failed
   and, once, enqueued again with the same values; the failed one no longer counts. Checked
   whenever a worker looks for a trial, so a killed study's running trial is retried when the
-  study resumes.
+  study resumes. A worker with no trial left to take waits for the running ones: woken the
+  moment one run here ends, so a study ends with its last trial, not a heartbeat later.
 - **Failures.** A trial whose settings the training refuses, or whose training fails, is
   recorded as failed with the reason; the study goes on.
 
@@ -364,20 +365,37 @@ class _Work:
         self.study, self.storage, self.spec = study, storage, spec
         self.configs, self.runner, self.on_trial = configs, runner, on_trial
         self.study_id = storage.get_study_id_from_name(spec.name)
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        """Held to ask for a trial; notified as each trial run here ends."""
         self.ran = 0
 
     def loop(self) -> None:
+        waited_for: list[int] = []
         while True:
-            with self.lock:
+            with self.changed:
                 self.fail_stale()
                 asked = self.next_trial()
-                if asked is None and self.finished() >= self.spec.target:
-                    return
-            if asked is None:  # the rest run elsewhere; one may yet stop beating
-                time.sleep(self.spec.heartbeat_s)
-                continue
+                if asked is None:
+                    if self.finished() >= self.spec.target:
+                        return
+                    # The last trials run in other workers: woken as soon as one here ends (it
+                    # may leave the study short), else after a heartbeat, as one elsewhere may
+                    # stop beating.
+                    running = self.running()
+                    if running != waited_for:
+                        shown = ", ".join(map(str, running)) or "none yet"
+                        self.on_trial(f"no trial left to start; waiting for trial(s) {shown}")
+                        waited_for = running
+                    self.changed.wait(self.spec.heartbeat_s)
+                    continue
             self.run(*asked)
+
+    def running(self) -> list[int]:
+        from optuna.trial import TrialState
+
+        return [
+            t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        ]
 
     def counted(self) -> list[Any]:
         return [t for t in self.study.get_trials(deepcopy=False) if not t.user_attrs.get(REPLACED)]
@@ -473,8 +491,9 @@ class _Work:
         finally:
             done.set()
             beating.join()
-            with self.lock:
+            with self.changed:
                 self.ran += 1
+                self.changed.notify_all()
 
     def failed(self, trial: "optuna.Trial", error: BaseException, pruned: bool) -> tuple[Any, str]:
         from optuna.trial import TrialState

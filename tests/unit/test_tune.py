@@ -6,6 +6,7 @@ tests/integration/test_tuning.py."""
 import math
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -184,6 +185,28 @@ def test_two_workers_run_trials_side_by_side(tmp_path):
     # Its random start is drawn in the order trials are asked for: the same as one worker's.
     alone = tune.run_study(spec(tmp_path, "alone"), catalogue, quick, print)
     assert [t.params for t in alone.trials] == [t.params for t in result.trials]
+
+
+def test_a_worker_with_nothing_to_start_wakes_when_the_last_trial_ends(tmp_path):
+    """Trial 0 runs until the other worker has nothing left to start and waits; a heartbeat is
+    an hour, so the study ends (within the suite's timeout) only if that worker is woken by the
+    trial's end rather than by its heartbeat."""
+    idle = threading.Event()
+
+    def heard(line: str) -> None:
+        print(line)
+        if line.startswith("no trial left to start"):
+            idle.set()
+
+    def last_to_end(start, report, stop):
+        if start.number == 0:
+            assert idle.wait(60), "the other worker never ran out of trials"
+        return quick(start, report, stop)
+
+    hourly = replace(spec(tmp_path, trials=2, workers=2), heartbeat_s=3600.0, grace_s=7200.0)
+    result = tune.run_study(hourly, catalog(tmp_path / "configs"), last_to_end, heard)
+    assert [t.state for t in result.trials] == ["COMPLETE", "COMPLETE"]
+    assert idle.is_set()
 
 
 def test_the_best_config_is_saved_to_the_catalog_with_its_study(tmp_path):
