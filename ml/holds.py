@@ -1,6 +1,7 @@
 """Holding a stage at a known point, for the tests that stop or kill it there however fast the
 machine: a training after its first committed checkpoint (`ml.train.HOLD_AFTER_CHECKPOINT`), a
-day's scoring after its first chunk is written (`ml.score.HOLD_IN_SCORING`).
+day's scoring once it has what it scores (`ml.score.HOLD_IN_SCORING`), a day's ingestion once it
+is audited and before it is published (`resources.publishing.HOLD_IN_PUBLISHING`).
 
 Each point is an environment variable naming a file. When a process reaches the point with the
 variable set, it creates the file and waits until the file is removed (or the process is

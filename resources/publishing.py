@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from declare import EventTable, partition_day
 from declare.contracts import TableContract
+from ml import holds
 from ml.results import Link
 from resources.contract_frames import StorageError, as_stored, typed_empty
 from resources.expectations import GreatExpectations
@@ -37,6 +38,11 @@ from resources.validation_report import ValidationReport
 
 if TYPE_CHECKING:
     import pandas as pd
+
+HOLD_IN_PUBLISHING = "ML_LIFECYCLE_HOLD_IN_PUBLISHING"
+"""For tests that stop a day's ingestion mid-way: a file path. Once the first day a process
+publishes is audited, and before any of its rows are published, the step holds there
+(`ml.holds`), in its own thread: a stop reaches it at once, and nothing of the day is published."""
 
 REJECTED_BY = "rejected_by"
 """Column of a quarantined row that names the rule(s) that rejected it."""
@@ -328,6 +334,7 @@ class EventDays:
         report = self.audited(raw, ranged=ranged, screened=screened)
         if chosen.check:
             yield Audited(key, report)
+        holds.hold(HOLD_IN_PUBLISHING)
         published, rejected = split(raw.table, report)  # refuses a day that failed its contract
         if not chosen.publishing:
             return

@@ -6,13 +6,14 @@ the rest: the stopped training resumes from its committed checkpoint and ends wi
 of an uninterrupted training; the stopped day is scored whole.
 
 One small world (three days of 2013, whose window needs no history lead-in, and the day after), and
-one chain of commands in it, each stopped once its stage is seen under way: a run of that job with a
-step started in the instance, or the file a held stage writes (`ml.holds`): a training after its
-first checkpoint, a scoring once it has what it scores. On three days the gate refuses the model (no
-champion), which the summary says; a champion for the scoring stop is then trained as
-`test_killed_runs` does, with a lenient gate, and its scoring of the test day held once it has what
-it scores (`ml.score.HOLD_IN_SCORING`): polling the instance for the scoring step raced the step's
-end, and a stop that came after it found nothing to cancel.
+one chain of commands in it, each stopped once its stage is seen under way: the file a held stage
+writes (`ml.holds`): an ingestion once its first day is audited and before it is published, a
+training after its first checkpoint, a scoring once it has what it scores. On three days the gate
+refuses the model (no champion), which the summary says; a champion for the scoring stop is then
+trained as `test_killed_runs` does, with a lenient gate. Polling the instance for a step instead
+raced the step's end, and a stop that came after it found nothing to cancel: for the scoring, and
+then for the ingestion (CI, 2026-12-05: the stop reached an ingestion run that had just ended
+SUCCESS).
 
 A training resumes only the same code (`ml.manifest.git_commit`, `+dirty` included): a commit
 or an edit of a tracked file while this module runs makes the rerun train anew, and fail here.
@@ -38,6 +39,7 @@ import pytest
 from assets import asset_key
 from ml.score import HOLD_IN_SCORING
 from ml.train import HOLD_AFTER_CHECKPOINT
+from resources.publishing import HOLD_IN_PUBLISHING
 from tests.conftest import CASE, lake_file, node, processes_with
 from tests.world import LENIENT, QUIET, REPO, make_drops
 
@@ -120,24 +122,6 @@ class Home:
     def processes_left(self) -> list[psutil.Process]:
         return processes_with("ML_LIFECYCLE_HOME", str(self.home))
 
-    def step_started(self, job: str, step: str | None = None) -> Callable[[], bool]:
-        """Whether a run of `job` is under way with `step` (any step when None) started."""
-        name = CASE.name_for(job)
-
-        def seen() -> bool:
-            running = self.instance.get_runs(
-                dg.RunsFilter(job_name=name, statuses=[dg.DagsterRunStatus.STARTED])
-            )
-            return any(
-                step is None or entry.step_key == node(step)
-                for run in running
-                for entry in self.instance.all_logs(
-                    run.run_id, of_type=dg.DagsterEventType.STEP_START
-                )
-            )
-
-        return seen
-
     def job(self, job: str, partition: str | None = None, config: dict | None = None) -> None:
         """One job run as the kill tests run theirs (`tests/e2e/run_job.py`), to its end."""
         command = [sys.executable, "-m", "tests.e2e.run_job", job]
@@ -200,7 +184,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
 
 
 def test_a_stop_in_ingestion_cancels_its_run_and_counts_every_day_once(home: Home):
-    stopped = home.command(stop_when=home.step_started("ingest_and_validate"))
+    held = home.home / "publishing-held"
+    stopped = home.command(stop_when=held.exists, **{HOLD_IN_PUBLISHING: str(held)})
 
     assert_stopped(home, stopped, "ingest_and_validate")
     planned, published, refused, interrupted, not_started = day_counts(stopped.out)
