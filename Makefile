@@ -56,9 +56,10 @@ instance:
 
 # USE_CASE=ridership runs the second bundled use case instead of the first (flights);
 # CONFIG=name trains that entry of the use case's catalog (usecases/<case>/configs/) instead of
-# the one it names (baseline).
+# the one it names (baseline). ENGINE=spark builds the training set and fills the online store
+# with Apache Spark (local[2]; ML_LIFECYCLE_SPARK_MASTER for another) instead of DuckDB.
 run: $(ENV_STAMP) instance
-	$(BIN)/python -m cli.run $(if $(USE_CASE),--use-case $(USE_CASE)) $(if $(CONFIG),--config $(CONFIG))
+	$(if $(ENGINE),ML_LIFECYCLE_ENGINE=$(ENGINE)) $(BIN)/python -m cli.run $(if $(USE_CASE),--use-case $(USE_CASE)) $(if $(CONFIG),--config $(CONFIG))
 
 # Two test processes: the tests on the shared worlds in one, every other module as a unit of
 # its own (tests/conftest.py), the longest first.

@@ -383,6 +383,7 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         store = feature_store.for_use_case(case.name)
         with refusing("training_set"):
             built = assemble_training_set(store, label, service, split, case.prediction.at)
-        return dg.Output(built.frame, metadata=dagster_metadata(built.metadata()))
+        metadata = {**built.metadata(), "engine": feature_store.engine}
+        return dg.Output(built.frame, metadata=dagster_metadata(metadata))
 
     return training_set

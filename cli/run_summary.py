@@ -174,6 +174,7 @@ class Summary:
             f" from {meta.get('features')} features of {meta.get('feature_service')};"
             f" {meta.get('unlabelled_rows_left_out')} rows without a label left out;"
             f" fingerprint {str(meta.get('dataset_fingerprint'))[:12]}",
+            *([f"    joined by {meta['engine']}"] if "engine" in meta else []),
         ]
 
     def model_lines(self) -> list[str]:

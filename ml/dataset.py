@@ -211,6 +211,9 @@ def labelled_rows(
         # Class names: an integer class read back as a float (a column with nulls) is "2", not
         # "2.0", as the preprocessor names it.
         ordered[spec.label] = class_names(ordered[spec.label])
+    # Instants in pandas' own unit, whichever one the offline store returns (DuckDB keeps the
+    # files' unit, Spark reads microseconds): a training set is the same on either engine.
+    ordered[spec.event_timestamp] = ordered[spec.event_timestamp].dt.as_unit("ns")
     return ordered.astype({spec.label: spec.dtype}), len(rows) - len(labelled)
 
 

@@ -1,7 +1,9 @@
 """Holding a stage at a known point, for the tests that stop or kill it there however fast the
 machine: a training after its first committed checkpoint (`ml.train.HOLD_AFTER_CHECKPOINT`), a
 day's scoring once it has what it scores (`ml.score.HOLD_IN_SCORING`), a day's ingestion once it
-is audited and before it is published (`resources.publishing.HOLD_IN_PUBLISHING`).
+is audited and before it is published (`resources.publishing.HOLD_IN_PUBLISHING`), a Spark
+point-in-time join before its result is collected
+(`ml.featurestore.offline_spark.HOLD_IN_SPARK_JOIN`).
 
 Each point is an environment variable naming a file. When a process reaches the point with the
 variable set, it creates the file and waits until the file is removed (or the process is

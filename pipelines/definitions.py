@@ -51,6 +51,7 @@ from resources.launchers import LocalTorchrun, TrainingLauncher
 from resources.registry import MlflowRegistry, local_registry, production_registry
 from resources.serving import ModelServing
 from resources.sources import DropFolderSource, RawSource
+from resources.spark import SparkEngine
 from resources.studies import StudyStorage
 from usecases import USE_CASES
 
@@ -113,6 +114,16 @@ def sources(settings: Settings) -> dict[str, RawSource]:
     return {source_key(case): source(case, settings) for case in USE_CASES}
 
 
+def spark_conf(settings: Settings) -> dict[str, str] | None:
+    """The Spark session the feature store joins and materializes on (`Settings.engine`);
+    None: DuckDB, embedded."""
+    if settings.engine != "spark":
+        return None
+    where = settings.spark_master
+    engine = SparkEngine(remote=where) if where.startswith("sc://") else SparkEngine(master=where)
+    return engine.session_conf()
+
+
 def local_resources(settings: Settings) -> dict[str, object]:
     """Embedded defaults: everything on this machine, under the settings' home."""
     home, registry = settings.home, _registry(settings)
@@ -122,7 +133,9 @@ def local_resources(settings: Settings) -> dict[str, object]:
         "lake": ParquetLake(root=lake, file_mode=mode),
         "lake_paths": LakePaths(root=lake, file_mode=mode),
         "expectations": GreatExpectations(data_docs_dir=str(home / "gx" / "data_docs")),
-        "feature_store": FeastFeatureStore(repo_path=str(DEFAULT_REPO), home=str(home)),
+        "feature_store": FeastFeatureStore(
+            repo_path=str(DEFAULT_REPO), home=str(home), spark_conf=spark_conf(settings)
+        ),
         "documents": JsonDocuments(root=lake, file_mode=mode),
         "lake_files": LakeFiles(root=lake, file_mode=mode),
         "launcher": launcher(settings),
@@ -150,6 +163,7 @@ def production_resources(settings: Settings) -> dict[str, object]:
             registry_url=dg.EnvVar("FEAST_REGISTRY_URL"),
             redis_url=dg.EnvVar("FEAST_REDIS_URL"),
             offline_root=lake,
+            spark_conf=spark_conf(settings),
         ),
         "documents": JsonDocuments(root=lake, file_mode=mode),
         "lake_files": LakeFiles(root=lake, file_mode=mode),

@@ -105,6 +105,16 @@ class Settings:
     )
     """After a drift or decay event requests a retrain, further events wait this long."""
 
+    engine: Literal["duckdb", "spark"] = field(
+        default="duckdb", metadata=_env("ML_LIFECYCLE_ENGINE")
+    )
+    """What builds training sets and fills the online store: DuckDB, embedded (one machine), or
+    Apache Spark (data past one machine; docs/cluster.md). The same declarations, sources and
+    answers either way."""
+    spark_master: str = field(default="local[2]", metadata=_env("ML_LIFECYCLE_SPARK_MASTER"))
+    """With `engine` spark: `local[N]` (this process, N cores), a cluster's master URL
+    (spark://..., k8s://..., yarn), or a Spark Connect server (sc://host:15002)."""
+
     def __post_init__(self) -> None:
         if self.launcher != "torchrun" and self.launcher_config is None:
             raise ValueError(

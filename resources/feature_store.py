@@ -37,6 +37,11 @@ BEFORE = dt.timedelta(microseconds=1)
 """Feast reads a time range with both ends included; ranges here are [start, end), as partitions
 are, so the last instant Feast is asked for is `end - BEFORE`."""
 
+SPARK_STORE = "ml.featurestore.offline_spark.LakeSparkOfflineStore"
+SPARK_ENGINE = "ml.featurestore.offline_spark.LakeSparkComputeEngine"
+"""The offline store and compute engine of `ENGINE=spark` (their module imports pyspark: named,
+not imported)."""
+
 DEFAULT_REPO = Path(__file__).resolve().parents[1] / "feature_repo"
 """The project's Feast repositories: a folder per use case, `<DEFAULT_REPO>/<use case>/`."""
 
@@ -106,11 +111,26 @@ class FeastFeatureStore(dg.ConfigurableResource):
         description="The folder the offline store reads the lake's tables from (a local or"
         " mounted path).",
     )
+    spark_conf: dict[str, str] | None = Field(
+        default=None,
+        description="Join and materialize on Apache Spark (`ENGINE=spark`): the session's"
+        " settings, master included (`resources.spark.SparkEngine.session_conf`); None: the"
+        " offline store and compute engine of feature_store.yaml (DuckDB, embedded).",
+    )
     use_case: str | None = Field(
         default=None,
         description="The use case whose repository, `<repo_path>/<use_case>/`, this store is;"
         " None: `repo_path` is the repository.",
     )
+
+    @property
+    def engine(self) -> str:
+        """What joins and materializes: `duckdb`, or `spark (<master>)`."""
+        if self.spark_conf is None:
+            return "duckdb"
+        return (
+            f"spark ({self.spark_conf.get('spark.remote') or self.spark_conf.get('spark.master')})"
+        )
 
     def for_use_case(self, name: str) -> "FeastFeatureStore":
         """This store as the Feast repository of use case `name`: `<repo_path>/<name>/`."""
@@ -167,7 +187,8 @@ class FeastFeatureStore(dg.ConfigurableResource):
         store = self.store()
         views = [v.name for v in store.list_feature_views() if v.online]
         # Feast prints a progress report per view to stdout; it goes to the log instead.
-        with contextlib.redirect_stdout(io.StringIO()) as report:
+        work = f"the materialization of [{start.isoformat()}, {end.isoformat()})"
+        with self._engine(work), contextlib.redirect_stdout(io.StringIO()) as report:
             store.materialize(start_date=start, end_date=end - BEFORE, feature_views=views)
         log.debug("feast materialize: %s", report.getvalue())
         return Materialization(start=start, end=end, feature_views=sorted(views))
@@ -176,12 +197,35 @@ class FeastFeatureStore(dg.ConfigurableResource):
         """Point-in-time correct features of a FeatureService for each entity row, named
         `<view>__<feature>`, in the rows' order."""
         store = self.store()
-        job = store.get_historical_features(
-            entity_df=entity_rows,
-            features=store.get_feature_service(service),
-            full_feature_names=True,
-        )
-        return job.to_df()
+        with self._engine(
+            f"the point-in-time join of {len(entity_rows):,} rows through {service!r}"
+        ):
+            job = store.get_historical_features(
+                entity_df=entity_rows,
+                features=store.get_feature_service(service),
+                full_feature_names=True,
+            )
+            return job.to_df()
+
+    @contextlib.contextmanager
+    def _engine(self, work: str) -> Iterator[None]:
+        """Where the work runs on Spark, a failure of it (the session stopped, an executor lost,
+        a query refused) is raised as a `SparkError` naming the work and where it ran; the
+        caller has written nothing of it."""
+        if self.spark_conf is None:
+            yield
+            return
+        from resources.spark import SparkError
+
+        try:
+            yield
+        except (FileNotFoundError, ValueError):
+            raise  # a declaration or the lake: the store's own errors name them
+        except Exception as error:
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise SparkError(
+                f"{work} did not finish on {self.engine}: {type(error).__name__}: {detail}"
+            ) from error
 
     def join_keys(self, service: str) -> list[str]:
         """The entity columns the views of a FeatureService join on."""
@@ -252,20 +296,22 @@ class FeastFeatureStore(dg.ConfigurableResource):
         if source is None:
             raise ValueError(f"feature view {view!r} has no batch source to read rows from")
         provider = store._get_provider()  # the configured offline store, as materialize uses it
-        job = provider.offline_store.pull_all_from_table_or_query(
-            config=store.config,
-            data_source=source,
-            join_key_columns=feature_view.join_keys,
-            feature_name_columns=[f.name for f in feature_view.features],
-            timestamp_field=source.timestamp_field,
-            created_timestamp_column=source.created_timestamp_column or None,
-            start_date=start,
-            end_date=end - BEFORE,
-        )
-        return job.to_df()
+        with self._engine(f"the read of view {view!r}'s rows"):
+            job = provider.offline_store.pull_all_from_table_or_query(
+                config=store.config,
+                data_source=source,
+                join_key_columns=feature_view.join_keys,
+                feature_name_columns=[f.name for f in feature_view.features],
+                timestamp_field=source.timestamp_field,
+                created_timestamp_column=source.created_timestamp_column or None,
+                start_date=start,
+                end_date=end - BEFORE,
+            )
+            return job.to_df()
 
     def store(self) -> "feast.FeatureStore":
-        services = Services(self.registry_url, self.redis_url, self.offline_root)
+        spark = tuple(sorted(self.spark_conf.items())) if self.spark_conf is not None else None
+        services = Services(self.registry_url, self.redis_url, self.offline_root, spark)
         return _feature_store(str(self.repo), self.home, services)
 
 
@@ -324,6 +370,8 @@ class Services:
     registry_url: str | None = None
     redis_url: str | None = None
     offline_root: str | None = None
+    spark_conf: tuple[tuple[str, str], ...] | None = None
+    """Set: the point-in-time joins and materialization run on Spark with these settings."""
 
     def apply_to(self, settings: dict[str, Any]) -> dict[str, Any]:
         """`settings` with these services in place of the file's registry, online and offline
@@ -348,6 +396,12 @@ class Services:
             offline = dict(moved.get("offline_store") or {})
             offline["root"] = local_folder(self.offline_root)
             moved["offline_store"] = offline
+        if self.spark_conf is not None:
+            conf = dict(self.spark_conf)
+            root = (moved.get("offline_store") or {}).get("root")
+            # The same FileSources, read by Spark: no declaration or registry changes.
+            moved["offline_store"] = {"type": SPARK_STORE, "root": root, "spark_conf": conf}
+            moved["batch_engine"] = {"type": SPARK_ENGINE, "spark_conf": conf}
         return moved
 
 

@@ -20,6 +20,7 @@ pyspark is imported on first use, never when the code location loads.
 
 import os
 import re
+import sys
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -51,6 +52,11 @@ class SparkEngine(dg.ConfigurableResource):
     remote: str = Field(
         default="",
         description="A Spark Connect address (sc://host:15002); set, it replaces `master`.",
+    )
+    driver_memory: str = Field(
+        default="4g",
+        description="A local session's heap (`spark.driver.memory`: the driver is every executor"
+        " there). Spark's 1g runs out on a training set's join of 50,000 rows.",
     )
     conf: dict[str, str] = Field(
         default_factory=dict,
@@ -90,28 +96,32 @@ class SparkEngine(dg.ConfigurableResource):
                 # One shuffle partition per core: Spark's default of 200 is for clusters, and a
                 # local join of a training window then spends its time starting empty tasks.
                 "spark.sql.shuffle.partitions": str(cores),
+                # Python workers (the online store's writes) run this interpreter, with this
+                # environment's packages, not the first `python3` on PATH.
+                "spark.pyspark.python": sys.executable,
+                "spark.driver.memory": self.driver_memory,
             }
         # Timestamps are instants: shown and cast in UTC whatever the machine's zone.
         own["spark.sql.session.timeZone"] = "UTC"
+        # pandas rows (a training set's entity rows) reach Spark through Arrow, not row by row.
+        own["spark.sql.execution.arrow.pyspark.enabled"] = "true"
         return own | dict(self.conf)
+
+    def session_conf(self) -> dict[str, str]:
+        """Everything a session is started from, where it runs included (`spark.remote` or
+        `spark.master`): what Feast's Spark offline store and compute engine are given to
+        start the same session this resource would (`ml.spark_session.spark_session`)."""
+        where = {"spark.remote": self.remote} if self.remote else {"spark.master": self.master}
+        return where | self.settings()
 
     def session(self) -> "SparkSession":
         """The session, started on first use (one per process: Spark's rule)."""
-        from pyspark.sql import SparkSession
+        from ml.spark_session import spark_session
 
-        builder = SparkSession.builder
-        if self.remote:
-            builder = builder.remote(self.remote)
-        else:
-            builder = builder.master(self.master)
-            if self.is_local:
-                # The web UI binds where SPARK_LOCAL_IP says (every interface when unset); the
-                # JVM this process starts reads it from the environment.
-                os.environ["SPARK_LOCAL_IP"] = LOOPBACK
-        for key, value in self.settings().items():
-            builder = builder.config(key, value)
         try:
-            return builder.getOrCreate()
+            return spark_session(self.session_conf())
+        except ValueError:
+            raise  # another session runs here: its message says which
         except Exception as error:  # the JVM did not start, or the master did not answer
             where = self.remote or self.master
             raise SparkError(

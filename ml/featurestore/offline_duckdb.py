@@ -197,7 +197,7 @@ class DuckDBAsofOfflineStore(OfflineStore):
                 "DuckDBAsofOfflineStore does not support filter_by_created_timestamp"
             )
         entities = _entity_frame(entity_df, store_config, config)
-        event_column = _event_timestamp_column(entities)
+        event_column = event_timestamp_column(entities)
         event_ts = _utc_micros(entities[event_column])
         odfvs = OnDemandFeatureView.get_requested_odfvs(feature_refs, project, registry)
         views_to_features, _ = _get_requested_feature_views_to_features_dict(
@@ -509,17 +509,20 @@ def _connect(config: DuckDBAsofOfflineStoreConfig) -> duckdb.DuckDBPyConnection:
 
 
 def _root(config: RepoConfig) -> str | None:
-    """The absolute folder relative FileSource paths resolve against: `root`, itself relative to
-    the repo as Feast's own relative paths are (so the CLI works from any directory), or the
-    repo path."""
-    store_config = _store_config(config)
+    return lake_root(config, _store_config(config).root)
+
+
+def lake_root(config: RepoConfig, root: str | None) -> str | None:
+    """The absolute folder relative FileSource paths resolve against: a store's `root`, itself
+    relative to the repo as Feast's own relative paths are (so the CLI works from any
+    directory), or the repo path."""
     repo = Path(config.repo_path) if config.repo_path is not None else None
-    if store_config.root is None:
+    if root is None:
         return str(repo) if repo is not None else None
-    root = Path(store_config.root)
-    if not root.is_absolute() and repo is not None:
-        root = repo / root
-    return str(root.resolve())
+    folder = Path(root)
+    if not folder.is_absolute() and repo is not None:
+        folder = repo / folder
+    return str(folder.resolve())
 
 
 def _store_config(config: RepoConfig) -> DuckDBAsofOfflineStoreConfig:
@@ -551,7 +554,7 @@ def _entity_frame(
     )
 
 
-def _event_timestamp_column(entities: pd.DataFrame) -> str:
+def event_timestamp_column(entities: pd.DataFrame) -> str:
     """`event_timestamp`, else the entity frame's single datetime column (as Feast infers it)."""
     if DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL in entities.columns:
         return DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL

@@ -14,11 +14,13 @@ then this test says so first."""
 from pathlib import Path
 
 import dagster as dg
+import pandas as pd
 import pytest
 
 from assets import asset_key
 from tests.conftest import CASE, node
-from tests.world import World
+from tests.engines import training_sets
+from tests.world import WINDOW, World
 
 pytestmark = pytest.mark.integration
 
@@ -118,3 +120,12 @@ def test_the_training_set_and_weights_are_those_recorded(world: World):
     if AMX in Path("/proc/cpuinfo").read_text().split():
         pytest.skip(f"no weights recorded for a CPU with AMX ({capability}): see WEIGHTS_SHA256")
     assert trained["weights_sha256"].value in WEIGHTS_SHA256.values(), capability
+
+
+def test_spark_builds_the_same_training_set_as_duckdb(world: World):
+    built = training_sets(world.home, CASE, WINDOW)
+
+    duckdb, spark = built["duckdb"], built["spark"]
+    assert duckdb.summary.fingerprint == TRAINING_SET_FINGERPRINT
+    assert spark.summary.fingerprint == TRAINING_SET_FINGERPRINT
+    pd.testing.assert_frame_equal(spark.frame, duckdb.frame, check_exact=True)

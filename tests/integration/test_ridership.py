@@ -9,8 +9,10 @@ registration and a day scored and checked for drift."""
 import datetime as dt
 import hashlib
 import shutil
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
@@ -29,6 +31,7 @@ from resources.launchers import LocalTorchrun
 from resources.registry import MlflowRegistry
 from resources.sources import DropFolderSource
 from tests.conftest import CASE as FLIGHTS
+from tests.engines import spark_store, training_sets
 from tests.unit.test_ridership import DST_STARTS, day_features, days_between, previous_days
 from tests.world import QUIET, make_drops
 from usecases.ridership import USE_CASE as RIDERSHIP
@@ -244,3 +247,61 @@ def test_the_feature_service_joins_each_stations_day_to_its_own_days_rows(tmp_pa
     assert known["day_weather__temp_f"].tolist() == expected_temp["temp_f"].iloc[:-1].tolist()
     # The day after the last written one has no rows: its features are null, not the day before's.
     assert got.iloc[-1].drop(["station", EVENT_TIMESTAMP]).isna().all()
+
+
+def test_spark_builds_the_same_training_set_as_duckdb(lifecycle: Lifecycle):
+    recorded = lifecycle.metadata(
+        lifecycle.runs["ridership:build_training_set:None"], RIDERSHIP, "training_set"
+    )["dataset_fingerprint"]
+
+    built = training_sets(lifecycle.home, RIDERSHIP, WINDOW)
+
+    assert built["duckdb"].summary.fingerprint == recorded
+    assert built["spark"].summary.fingerprint == recorded
+    pd.testing.assert_frame_equal(built["spark"].frame, built["duckdb"].frame, check_exact=True)
+
+
+def test_a_spark_session_stopped_mid_join_fails_the_try_and_publishes_nothing_of_it(
+    lifecycle: Lifecycle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The try that loses its session fails with a SparkError naming the join and the master,
+    and writes nothing; the step's retry (`assets.EXTERNAL_RETRY`) starts a new session and
+    publishes the training set whole, the same as DuckDB's."""
+    from pyspark import SparkContext
+
+    from ml.featurestore.offline_spark import HOLD_IN_SPARK_JOIN
+
+    key = asset_key(RIDERSHIP, "training_set")
+    recorded = lifecycle.metadata(
+        lifecycle.runs["ridership:build_training_set:None"], RIDERSHIP, "training_set"
+    )["dataset_fingerprint"]
+    resources = {**(lifecycle.defs.resources or {}), "feature_store": spark_store(lifecycle.home)}
+    on_spark = replace(lifecycle, defs=definitions(resources), runs={})
+    held = tmp_path / "held"
+    monkeypatch.setenv(HOLD_IN_SPARK_JOIN, str(held))
+    build = {"training_set": {"config": WINDOW}}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(on_spark.run, RIDERSHIP, "build_training_set", None, build)
+        while not held.exists():  # the join is in Spark, nothing of it collected yet
+            assert not running.done(), running.result()
+            time.sleep(0.05)
+        SparkContext.getOrCreate().stop()  # the fault: the session ends under the join
+        held.unlink()
+        result = running.result(timeout=600)
+    SparkContext.getOrCreate().stop()  # the retry's session: the next test starts its own
+
+    (retried,) = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    error, messages = retried.event_specific_data.error, []  # type: ignore[union-attr]
+    while error is not None:  # the retry request, caused by the step's own error
+        messages.append(error.message)
+        error = error.cause
+    message = "\n".join(messages)
+    assert "SparkError" in message and "did not finish on spark (local[2])" in message
+    assert "the point-in-time join of" in message and "'ridership_v1'" in message
+    assert result.success
+    (published,) = [
+        e.step_materialization_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.step_materialization_data.materialization.asset_key == key
+    ]
+    assert published.metadata["dataset_fingerprint"].value == recorded  # type: ignore[union-attr]

@@ -35,6 +35,9 @@ def test_a_local_session_runs_a_job_and_listens_only_on_loopback():
         assert session.conf.get("spark.sql.session.timeZone") == "UTC"
         assert (session.sparkContext.uiWebUrl or "").startswith("http://127.0.0.1:")
         assert listening(psutil.Process()) == {"127.0.0.1"}
+        # One session a process: a second master is refused by name, not silently this one.
+        with pytest.raises(ValueError, match=r"on local\[1\] is already running.*local\[2\]"):
+            SparkEngine(master="local[2]").session()
     finally:
         session.stop()
 

@@ -20,7 +20,7 @@ from pipelines.definitions import (
 )
 from pipelines.settings import Settings
 from resources.documents import JsonDocuments
-from resources.feature_store import Services, local_folder
+from resources.feature_store import FeastFeatureStore, Services, local_folder
 from resources.kubernetes import K8sMultiNode, K8sPod
 from resources.lake import LakeFiles, ParquetLake
 from resources.launchers import LocalTorchrun, TrainingLauncher
@@ -122,6 +122,36 @@ def test_the_services_replace_the_files_registry_and_online_store():
     assert moved["batch_engine"] == "local"
     assert moved["offline_store"] == {"type": "some.Store", "root": "/srv/lake a"}
     assert Services().apply_to(settings) == settings
+
+
+def test_the_spark_engine_reads_the_same_lake_and_fills_the_same_online_store(tmp_path):
+    from resources.feature_store import SPARK_ENGINE, SPARK_STORE
+
+    settings = {
+        "online_store": {"type": "sqlite", "path": "/home/feast/online.db"},
+        "batch_engine": "ml.featurestore.online_sqlite.BulkSqliteComputeEngine",
+        "offline_store": {"type": "some.Store", "root": "/home/lake"},
+    }
+    conf = (("spark.master", "local[2]"),)
+    moved = Services(offline_root="/srv/lake", spark_conf=conf).apply_to(settings)
+    assert moved["offline_store"] == {
+        "type": SPARK_STORE,
+        "root": "/srv/lake",
+        "spark_conf": {"spark.master": "local[2]"},
+    }
+    assert moved["batch_engine"] == {
+        "type": SPARK_ENGINE,
+        "spark_conf": {"spark.master": "local[2]"},
+    }
+    assert moved["online_store"] == settings["online_store"]
+
+    spark = local_resources(Settings(home=tmp_path, engine="spark", spark_master="local[3]"))
+    feature_store = spark["feature_store"]
+    assert isinstance(feature_store, FeastFeatureStore)
+    assert feature_store.spark_conf is not None
+    assert feature_store.spark_conf["spark.master"] == "local[3]"
+    embedded = local_resources(Settings(home=tmp_path))["feature_store"]
+    assert isinstance(embedded, FeastFeatureStore) and embedded.spark_conf is None
 
 
 def test_the_offline_store_refuses_a_lake_it_cannot_read_by_scheme():

@@ -107,6 +107,7 @@ def summary(case, evaluation: dict[str, object]) -> str:
     training.assets[key("training_set")] = {
         "rows_train": 7, "positive_rate_train": 0.25, "features": 4,
         "feature_service": case.feature_service, "unlabelled_rows_left_out": 1,
+        "engine": "spark (local[2])",
     }  # fmt: skip
     model = AssetRun(True, "")
     model.assets[key("model_evaluation")] = {"test_rows": 3, "decision": "promote", **evaluation}
@@ -124,6 +125,7 @@ def test_the_summary_is_told_by_the_declaration():
     assert "  online store: 1 day(s) materialized" in text
     assert "tiny_model predicts late of trip_outcome (binary) from 4 features of tiny_v1" in text
     assert "    split: validation from 2024-02-20, test from 2024-02-25; the split tiny" in text
+    assert "    joined by spark (local[2])" in text
     assert "registered: tiny_model v1, now champion" in text
     assert "flight" not in text.lower()
 

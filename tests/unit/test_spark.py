@@ -1,6 +1,8 @@
 """The Spark resource's settings (`resources.spark`): what a session starts with, by where it
 runs. Starting one is in tests/integration/test_spark.py."""
 
+import sys
+
 import pytest
 
 from resources.spark import LOOPBACK, SparkEngine, SparkError
@@ -13,6 +15,17 @@ def test_a_local_session_listens_on_loopback_with_a_shuffle_partition_per_core()
     assert settings["spark.driver.bindAddress"] == settings["spark.driver.host"] == LOOPBACK
     assert settings["spark.sql.shuffle.partitions"] == "3"
     assert settings["spark.sql.session.timeZone"] == "UTC"
+    # Python workers run this interpreter: the first python3 on PATH lacks Feast.
+    assert settings["spark.pyspark.python"] == sys.executable
+    assert settings["spark.driver.memory"] == "4g"
+
+
+def test_a_session_is_started_from_one_dict_that_says_where_it_runs():
+    local = SparkEngine(master="local[3]")
+    assert local.session_conf() == {"spark.master": "local[3]", **local.settings()}
+    connect = SparkEngine(master="local[3]", remote="sc://h:15002")
+    assert connect.session_conf()["spark.remote"] == "sc://h:15002"
+    assert "spark.master" not in connect.session_conf()
 
 
 @pytest.mark.parametrize(
@@ -29,6 +42,8 @@ def test_a_cluster_or_connect_session_is_given_no_local_address():
         assert not engine.is_local
         assert "spark.driver.bindAddress" not in settings
         assert "spark.sql.shuffle.partitions" not in settings
+        assert "spark.pyspark.python" not in settings  # the cluster's image says
+        assert "spark.driver.memory" not in settings  # the driver's pod says
 
 
 def test_the_resource_s_conf_goes_over_its_own_settings():
