@@ -31,6 +31,7 @@ from benchmarks.training_speed import wait_for_quiet
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 IDS = (
     *("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P14"),
+    "P15",
     "P17",
 )
 
@@ -46,6 +47,9 @@ class Sizes:
     quarter's materialization): the median of three keeps `make bench` within 20 minutes."""
     validation_rows: tuple[int, ...] = (336_776, 1_000_000)
     scales: tuple[int, ...] = (1, 10)
+    spark_scales: tuple[int, ...] = (1, 10)
+    """P15's scales of make run's days: Spark against DuckDB at each, local[2] ÷ local[1] at the
+    last (not in smoke mode: a second JVM for the same path)."""
     """P2 and P12: the flights of make run's days as they are, and ten times each day's rows."""
     lifecycle_window: tuple[dt.date, dt.date] | None = None
     """P2 and P12's training window; None: make run's default (59 days with the lead-in)."""
@@ -82,6 +86,7 @@ SMOKE = Sizes(
     few=1,
     validation_rows=(2_000,),
     scales=(2,),
+    spark_scales=(1,),
     lifecycle_window=(dt.date(2013, 1, 1), dt.date(2013, 1, 4)),
     feature_days=10,
     materialized_days=3,
@@ -474,6 +479,46 @@ def p14_capacity(sizes: Sizes) -> list[Ratio]:
     return ratios
 
 
+def p15_spark_join(sizes: Sizes) -> list[Ratio]:
+    """The training set's join on Spark: `local[2]` ÷ `local[1]` at the largest scale (judged),
+    and Spark `local[2]` ÷ DuckDB at each scale (reported), every side giving the same rows."""
+    from benchmarks.lifecycle_scale import window_arguments
+
+    scales = sizes.spark_scales
+    argv = [sys.executable, "-m", "benchmarks.spark_join"]
+    seconds: dict[tuple[int, str], float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
+        for scale in scales:
+            home = str(Path(folder) / f"{scale}x")
+            window = window_arguments(sizes.lifecycle_window)
+            window = ["--window", *window[1::2]] if window else []
+            prepare = [*argv, "prepare", "--scale", str(scale), "--home", home, *window]
+            subprocess.run(prepare, check=True, capture_output=True)
+            join = [*argv[1:], "join", "--home", home, "--engine"]
+            sides = {"duckdb": [*join, "duckdb"], "local[2]": [*join, "spark"]}
+            if scale == scales[-1] and not sizes.smoke:  # smoke: the same path, one master
+                sides["local[1]"] = [*join, "spark", "--master", "local[1]"]
+            measured = alternated(sides, sizes, repeats=sizes.few)
+            prints = {s["fingerprint"] for side in measured.values() for s in side}
+            if len(prints) != 1:
+                raise RuntimeError(f"P15 at {scale}x: the engines joined different rows: {prints}")
+            for side, samples in measured.items():
+                seconds[(scale, side)] = median(samples, "seconds")
+    # Ratios of speeds (rows/s) from the seconds each side took for the same rows.
+    ratios = []
+    top = scales[-1]
+    if (top, "local[1]") in seconds:
+        two, one = seconds[(top, "local[2]")], seconds[(top, "local[1]")]
+        what = f"Spark join rows/s, local[2] ÷ local[1] ({top}x rows)"
+        ratios.append(Ratio.judged("P15", what, two, one, one / two, ">= 1.6"))
+    for scale in scales:
+        spark, duckdb = seconds[(scale, "local[2]")], seconds[(scale, "duckdb")]
+        what = f"Spark local[2] ÷ DuckDB join rows/s ({scale}x rows)"
+        reported = Ratio.judged("P15", what, spark, duckdb, duckdb / spark, ">= 0")
+        ratios.append(replace(reported, target="reported"))
+    return ratios
+
+
 def p17_study(data: Path, sizes: Sizes) -> Ratio:
     """A study's wall, its trials 2 side by side against one at a time: the `study` asset on
     the synthetic training set (`benchmarks.study_speed`), the sides taking turns. The same
@@ -554,6 +599,9 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
                 table.add(p4_retrieval(Path(home), sizes))
             if "P5" in wanted:
                 table.add(p5_materialization(Path(home), sizes))
+    if "P15" in wanted:
+        with table.part("P15"):
+            table.add(*p15_spark_join(sizes))
     if wanted & {"P6", "P7", "P8", "P13", "P17"}:
         with tempfile.TemporaryDirectory(prefix="bench-training-") as folder:
             data = Path(folder) / "training_set.parquet"

@@ -42,9 +42,14 @@ def bundled_year(
     return year_of("flights"), year_of("weather"), planes, airports
 
 
-def build(lake: Path, days: list[dt.date] = YEAR) -> dict[str, int]:
-    """Write every feature table of the year (or of `days`) under `lake`; rows per table."""
+def build(lake: Path, days: list[dt.date] = YEAR, scale: int = 1) -> dict[str, int]:
+    """Write every feature table of the year (or of `days`) under `lake`, each day's flights
+    `scale` times (`benchmarks.large_drop.scaled_day`); rows per table."""
     flights, weather, planes, airports = bundled_year(days)
+    if scale > 1:
+        from benchmarks.large_drop import scaled_day
+
+        flights = pd.concat([scaled_day(scale, d.isoformat()) for d in days], ignore_index=True)
     tables = {
         "flight_features": features.flight_features(flights),
         "flight_outcomes": features.flight_outcomes(flights),
