@@ -22,6 +22,10 @@ is one GX validation, and their results are combined here into the report one va
 whole table would give: counts, samples and row positions add up, the row count is judged on
 the total, and natural keys must be unique across chunks too.
 
+A partition past one machine is validated where it lives, as a Spark DataFrame, through GX's
+Spark data source (`validate_spark_partition`, resources/gx_spark.py): the same rules and the
+same report as a pandas frame of the same rows gets.
+
 Several days of a table can be screened together (`screen_days`): one pass/fail validation of
 their rows, with each day's event times shifted into one day's window, passes exactly when every
 day would pass alone, and gives each of them the report it would get alone; a range with a
@@ -45,6 +49,7 @@ from pydantic import Field
 from declare.contracts import TableContract
 from resources.data_docs import gx_context, publish
 from resources.gx_screening import DayFrame, joint_days, screen, shifted
+from resources.gx_spark import spark_report
 from resources.gx_suites import (
     ROW_COUNT,
     RULE_KEY,
@@ -66,6 +71,7 @@ from resources.validation_report import (
 
 if TYPE_CHECKING:
     import pandas as pd
+    from pyspark.sql import DataFrame as SparkFrame
 
 SCREEN_IN_PARTS_ROWS = 20_000
 """From this many rows a partition's pass/fail pass runs in parts on narrow frames
@@ -172,6 +178,33 @@ class GreatExpectations(dg.ConfigurableResource):
                 contract,
             ),
             data_docs_url=url,
+        )
+
+    def validate_spark_partition(
+        self,
+        contract: TableContract,
+        frame: "SparkFrame",
+        *,
+        partition: str,
+        window: tuple[dt.datetime, dt.datetime],
+        timezone: str,
+        references: Mapping[str, Sequence[Any]] | None = None,
+        data_docs: bool = True,
+    ) -> ValidationReport:
+        """`validate_partition` for a partition held as a Spark DataFrame: the contract's suite
+        run through GX's Spark data source, the rules our own code takes run in Spark, and the
+        report a pandas frame of the same rows gets. Its rows are positions in the DataFrame's
+        row order (`resources.gx_spark.with_positions`); resources/gx_spark.py says what else
+        differs."""
+        return spark_report(
+            contract,
+            frame,
+            data_docs_dir=self.data_docs_dir,
+            data_docs=self.build_data_docs and data_docs,
+            partition=partition,
+            window=window,
+            timezone=timezone,
+            references=references,
         )
 
     def validate_chunks(

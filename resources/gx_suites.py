@@ -1,14 +1,17 @@
 """A table contract as a Great Expectations suite: one expectation per rule, each tagged with
 our rule name and its level (table or row), and what changes per partition (the day's window,
 the reference sets) left as suite parameters, so that one suite per contract serves every
-partition. Reading GX's outcomes back into rule results is resources/validation_report.py's;
-running the suite, resources/expectations.py's. GX is imported inside functions only.
+partition. A suite is built for the engine its frames live in (`Engine`): the same rules, with
+column types and regular expressions in that engine's terms. Reading GX's outcomes back into rule
+results is resources/validation_report.py's; running the suite, resources/expectations.py's on
+pandas frames and resources/gx_spark.py's on Spark DataFrames. GX is imported inside functions
+only.
 """
 
 import datetime as dt
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from declare.contracts import TableContract
 from resources.data_docs import gx_context
@@ -24,6 +27,9 @@ ROW_COUNT = "rows.at_least_min_rows"
 UNIQUE_KEY = "natural_key.unique"
 """The rule that no two rows share a natural key."""
 _WINDOW_START, _WINDOW_END = "partition_start", "partition_end"
+Engine = Literal["pandas", "spark"]
+"""Where the frames a suite validates live: pandas frames or Spark DataFrames."""
+_DATA_SOURCES: dict[Engine, str] = {"pandas": "frames", "spark": "spark_frames"}
 
 # Pandas reads integer columns with a missing value as float, so "number" admits both.
 _TYPE_LISTS: dict[str, list[str]] = {
@@ -45,6 +51,8 @@ _TYPE_LISTS: dict[str, list[str]] = {
     ],
     "text": ["str", "StringDtype"],
 }
+# Spark checks a column's type in its schema: NumericType holds every integer, float and decimal.
+_SPARK_TYPE_LISTS: dict[str, list[str]] = {"number": ["NumericType"], "text": ["StringType"]}
 
 
 def suite_parameters(
@@ -63,11 +71,13 @@ def suite_parameters(
     return parameters
 
 
-def contract_expectations(contract: TableContract) -> list[Any]:
+def contract_expectations(contract: TableContract, engine: Engine = "pandas") -> list[Any]:
     """The GX expectations of a contract, each tagged with our rule name and level.
 
     What changes per partition (the day's window, the reference sets) is a suite parameter, so
-    one suite per contract serves every partition.
+    one suite per contract serves every partition. `engine` says whose type names and regular
+    expressions the suite speaks: pandas dtypes and Python's `re`, or Spark's types and Java's
+    regular expressions (which Spark's `rlike` runs).
     """
     import great_expectations.expectations as gxe
     from great_expectations.expectations.row_conditions import Column
@@ -97,7 +107,10 @@ def contract_expectations(contract: TableContract) -> list[Any]:
             out.append(
                 tag(
                     gxe.ExpectColumnValuesToBeInTypeList(
-                        column=c, type_list=_TYPE_LISTS[rule.kind]
+                        column=c,
+                        type_list=(_SPARK_TYPE_LISTS if engine == "spark" else _TYPE_LISTS)[
+                            rule.kind
+                        ],
                     ),
                     f"{c}.is_{rule.kind}",
                     "table",
@@ -146,7 +159,9 @@ def contract_expectations(contract: TableContract) -> list[Any]:
         if rule.pattern:
             out.append(
                 tag(
-                    gxe.ExpectColumnValuesToMatchRegex(column=c, regex=_whole(rule.pattern)),
+                    gxe.ExpectColumnValuesToMatchRegex(
+                        column=c, regex=_whole(rule.pattern, engine)
+                    ),
                     f"{c}.matches_pattern",
                     "row",
                 )
@@ -178,10 +193,11 @@ def contract_expectations(contract: TableContract) -> list[Any]:
     return out
 
 
-def _whole(pattern: str) -> str:
+def _whole(pattern: str, engine: Engine) -> str:
     """`pattern` matched against the whole value. GX searches for a match anywhere, and `$` also
-    matches before a trailing newline; `\\A…\\Z` admit neither."""
-    return rf"\A(?:{pattern})\Z"
+    matches before a trailing newline; `\\A…\\Z` admit neither in Python. Java's `\\Z` is
+    Python's `$` (it admits a trailing newline): its end of input is `\\z`."""
+    return rf"\A(?:{pattern})\z" if engine == "spark" else rf"\A(?:{pattern})\Z"
 
 
 def _parameter(reference: str) -> str:
@@ -189,20 +205,33 @@ def _parameter(reference: str) -> str:
     return reference.replace(".", "__")
 
 
+def validation_definition(
+    data_docs_dir: str, contract: TableContract, engine: Engine = "pandas"
+) -> Any:
+    """The suite and validation definition of a contract for `engine`'s frames, registered once
+    per process."""
+    return _validation_definition(data_docs_dir, contract, engine)
+
+
 @functools.cache
-def validation_definition(data_docs_dir: str, contract: TableContract) -> Any:
-    """The suite and validation definition of a contract, registered once per process."""
+def _validation_definition(data_docs_dir: str, contract: TableContract, engine: Engine) -> Any:
     import great_expectations as gx
 
     context = gx_context(data_docs_dir)
     # The expectations first: one that cannot be built leaves nothing half-registered.
-    expectations = contract_expectations(contract)
+    expectations = contract_expectations(contract, engine)
+    name = contract.table if engine == "pandas" else f"{contract.table}__{engine}"
+    source = _DATA_SOURCES[engine]
+    if source not in context.data_sources.all():
+        # Spark's is added on first use: adding it looks for a session, and a context that only
+        # validates pandas frames must not start one. Our caller persists the frame itself.
+        context.data_sources.add_spark(source, persist=False)
     batch = (
-        context.data_sources.get("frames")
+        context.data_sources.get(source)
         .add_dataframe_asset(contract.table)
         .add_batch_definition_whole_dataframe("partition")
     )
-    suite = context.suites.add(gx.ExpectationSuite(name=contract.table, expectations=expectations))
+    suite = context.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
     return context.validation_definitions.add(
-        gx.ValidationDefinition(name=contract.table, data=batch, suite=suite)
+        gx.ValidationDefinition(name=name, data=batch, suite=suite)
     )

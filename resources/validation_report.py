@@ -5,6 +5,7 @@ can act on (`explained`). pandas is imported inside functions only.
 """
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -213,7 +214,7 @@ def explained(
     import pandas as pd
 
     rules = tuple(
-        replace(rule, observed=_column_set(frame, contract))
+        replace(rule, observed=column_set_difference(frame.columns, contract))
         if rule.rule == COLUMN_SET and not rule.passed
         else rule
         for rule in rules
@@ -278,9 +279,9 @@ def holding(found: str | None, count: int, rows: int, holds: str) -> str:
     return f"{found + ': ' if found else ''}{count} of {rows} rows hold {holds}"
 
 
-def _column_set(frame: "pd.DataFrame", contract: TableContract) -> str:
-    """How a table's columns differ from the contract's, by name."""
-    declared, present = contract.column_names, [str(c) for c in frame.columns]
+def column_set_difference(columns: Iterable[Any], contract: TableContract) -> str:
+    """How a table's columns (their names, in order) differ from the contract's."""
+    declared, present = contract.column_names, [str(c) for c in columns]
     missing = [c for c in declared if c not in present]
     unexpected = [c for c in present if c not in declared]
     repeated = sorted({c for c in present if present.count(c) > 1})
