@@ -20,7 +20,7 @@ from assets.pods import FEATURES as FEATURES_POD
 from assets.tags import CODE_VERSION_TAG, DATA_VERSION_TAG, INPUT_POINTER_TAG, INPUT_VERSION_TAG
 from declare import SPLIT_DAYS, FeatureTableSpec, Lookup, UseCase, partition_day
 from resources.feature_store import DEFAULT_REPO, FeastFeatureStore, declarations_version
-from resources.lake import Chunks, LakePartitions, ParquetLake, stored_hash
+from resources.lake import Chunks, LakePartitions, ParquetLake, Parts, stored_hash
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -374,7 +374,9 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
     ):
         """Labelled entity rows joined point-in-time through the FeatureService, split by
         date."""
-        from ml.dataset import LabelSpec
+        from ml.data import FitStats
+        from ml.dataset import SPLIT_COLUMN, LabelSpec
+        from ml.task import task_named
         from ml.training_set import assemble_training_set, time_split
 
         label = LabelSpec(view=case.label.view, label=case.label.column, task=case.label.task)
@@ -384,6 +386,10 @@ def _training_set(case: UseCase) -> dg.AssetsDefinition:
         with refusing("training_set"):
             built = assemble_training_set(store, label, service, split, case.prediction.at)
         metadata = {**built.metadata(), "engine": feature_store.engine}
-        return dg.Output(built.frame, metadata=dagster_metadata(metadata))
+        # Parts by split and row range, with the train split's preprocessing statistics in
+        # their manifest: what a training rank streams (`ml.parts`, `ml.streaming`).
+        fit = FitStats.for_task(task_named(label.task), label.label)
+        parts = Parts(built.frame, SPLIT_COLUMN, fit=fit)
+        return dg.Output(parts, metadata=dagster_metadata(metadata))
 
     return training_set

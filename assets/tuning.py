@@ -121,10 +121,11 @@ def _spec(
     launcher: TrainingLauncher,
     studies: StudyStorage,
 ) -> "StudySpec":
-    from ml.files import sha256_file
+    from ml.parts import TrainingSetFiles
     from ml.tune import StudySpec
 
-    name = config.study or f"{case.name}-{config.start}-{sha256_file(training_set)[:12]}"
+    digest = TrainingSetFiles.open(training_set).digest()
+    name = config.study or f"{case.name}-{config.start}-{digest[:12]}"
     return StudySpec(
         name=name,
         storage=studies.url,

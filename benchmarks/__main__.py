@@ -14,6 +14,7 @@ smoke); `tests/e2e/test_benchmarks.py` runs it so that a benchmark cannot rot un
 import datetime as dt
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 IDS = (
     *("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P14"),
     "P15",
+    "P16",
     "P17",
 )
 
@@ -74,6 +76,8 @@ class Sizes:
     """P14's training set (2,100 train rows): one epoch of the widest case in seconds."""
     capacity_cases: int = 9
     """P14's cases (`benchmarks.capacity_error.CASES`), from the first."""
+    stream_rows: tuple[int, ...] = (50_000, 500_000, 1_500_000)
+    """P16: a rank's training set at 1x, 10x and 30x the flights' (make run's 50,009 rows)."""
     study_trials: int = 8
     study_epochs: int = 3
     """P17's study: trials of this many epochs each (no early stop), on `training_rows`."""
@@ -103,6 +107,7 @@ SMOKE = Sizes(
     capacity_cases=1,
     study_trials=2,
     study_epochs=1,
+    stream_rows=(2_000, 6_000),
     smoke=True,
 )
 """Toy sizes: each benchmark's whole path in seconds. P2 runs `make run` once, at 2x rows of
@@ -519,6 +524,36 @@ def p15_spark_join(sizes: Sizes) -> list[Ratio]:
     return ratios
 
 
+def p16_stream_memory(sizes: Sizes) -> list[Ratio]:
+    """A training rank's peak resident set (one process, one epoch, `benchmarks.stream_memory`)
+    on the synthetic training set at each of `stream_rows`, stored as the asset stores it: the
+    largest ÷ the smallest judged, the others reported."""
+    ratios, peaks = [], {}
+    smallest, largest = sizes.stream_rows[0], sizes.stream_rows[-1]
+    with tempfile.TemporaryDirectory(prefix="bench-stream-") as folder:
+        for rows in sizes.stream_rows:
+            data = Path(folder) / f"rows-{rows}"
+            argv = ["-m", "benchmarks.stream_memory", "prepare", str(data), "--rows", str(rows)]
+            subprocess.run([sys.executable, *argv], check=True)
+            settle(sizes)
+            runs = measure(["-m", "benchmarks.stream_memory", "train", str(data)], sizes.few)
+            peaks[rows] = median(runs, "peak_rss_mib")
+            shutil.rmtree(data)
+    for rows in sizes.stream_rows[1:]:
+        ratio = Ratio.judged(
+            "P16",
+            f"a training rank's peak RSS, {rows:,} ÷ {smallest:,} rows"
+            + ("" if rows == largest else " (reported)"),
+            peaks[rows],
+            peaks[smallest],
+            peaks[rows] / peaks[smallest],
+            "<= 1.3",
+        )
+        ratio = replace(ratio, unit="MiB")
+        ratios.append(ratio if rows == largest else replace(ratio, target="reported"))
+    return ratios
+
+
 def p17_study(data: Path, sizes: Sizes) -> Ratio:
     """A study's wall, its trials 2 side by side against one at a time: the `study` asset on
     the synthetic training set (`benchmarks.study_speed`), the sides taking turns. The same
@@ -602,6 +637,9 @@ def main(ids: list[str], info: bool = False, sizes: Sizes = FULL) -> None:
     if "P15" in wanted:
         with table.part("P15"):
             table.add(*p15_spark_join(sizes))
+    if "P16" in wanted:
+        with table.part("P16"):
+            table.add(*p16_stream_memory(sizes))
     if wanted & {"P6", "P7", "P8", "P13", "P17"}:
         with tempfile.TemporaryDirectory(prefix="bench-training-") as folder:
             data = Path(folder) / "training_set.parquet"

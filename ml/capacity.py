@@ -63,7 +63,6 @@ from ml.config import TrainConfig
 from ml.memory import resident_bytes, resident_peak_bytes
 
 if TYPE_CHECKING:
-    import pandas as pd
     import torch
     from torch import nn
 
@@ -78,6 +77,8 @@ RUNTIME_PROBE = "runtime"
 """`python -m ml.capacity runtime`: a fresh process that loads what a trainer loads and prints
 its peak resident set (`runtime_probe`)."""
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
+PAGE_BYTES = 4096
+"""A memory page: what reading one row of a mapped store makes resident."""
 DEVICE_PROBE = (
     "import torch; print(min(torch.cuda.get_device_properties(i).total_memory"
     " for i in range(torch.cuda.device_count())))"
@@ -102,10 +103,9 @@ class Shapes:
     outputs: int
     train_rows: int
     validation_rows: int
-    frame_bytes: int
-    """The whole file as the trainer reads it (pandas, strings included)."""
-    parts_bytes: int
-    """Its train and validation rows, which the trainer keeps as frames of their own."""
+    chunk_bytes: int
+    """The largest row group of the file (or parts) as pandas reads it, strings included: what
+    the trainer holds of the set's rows while it stores them (`ml.streaming`)."""
 
     @property
     def row_bytes(self) -> int:
@@ -114,32 +114,24 @@ class Shapes:
 
     @classmethod
     def of(cls, config: TrainConfig) -> "Shapes":
-        """The shapes of `config`'s training set, read and fitted as `ml.train` does."""
-        import pandas as pd
-
-        from ml.data import Preprocessor
+        """The shapes of `config`'s training set, fitted as `ml.train` fits them (from the
+        manifest of its parts, or one pass over its file), and its largest row group."""
+        from ml.parts import TrainingSetFiles
         from ml.task import task_named
 
-        data = config.data
-        frame = pd.read_parquet(data.training_set)
-        parts = {s: frame[frame[data.split_column] == s] for s in ("train", "validation")}
-        task = task_named(data.task)
-        preprocessor = Preprocessor.fit(
-            parts["train"], data.label if task.standardized_label else None
-        )
+        data, split = config.data, config.data.split_column
+        stored = TrainingSetFiles.open(data.training_set)
+        preprocessor = stored.fit(task_named(data.task), data.label, split).preprocessor()
+        first = next(stored.frames())
+        row = int(first.memory_usage(deep=True, index=True).sum()) / max(len(first), 1)
         return cls(
             numeric_width=preprocessor.numeric_width,
             cardinalities=tuple(preprocessor.cardinalities),
             outputs=preprocessor.outputs,
-            train_rows=len(parts["train"]),
-            validation_rows=len(parts["validation"]),
-            frame_bytes=_frame_bytes(frame),
-            parts_bytes=sum(_frame_bytes(part) for part in parts.values()),
+            train_rows=stored.rows("train", split),
+            validation_rows=stored.rows("validation", split),
+            chunk_bytes=math.ceil(row * stored.largest_row_group()),
         )
-
-
-def _frame_bytes(frame: "pd.DataFrame") -> int:
-    return int(frame.memory_usage(deep=True, index=True).sum())
 
 
 @dataclass(frozen=True)
@@ -381,16 +373,27 @@ def random_inputs(
     return numeric, categorical
 
 
-def data_bytes(shapes: Shapes, world_size: int, device: str) -> int:
-    """The training set as each rank holds it: the frame and its train and validation rows
-    (on the CPU), their tensors, and the epoch's block of this rank's rows; on a GPU the block
-    and the validation split (moved there to be scored)."""
-    block = math.ceil(shapes.train_rows / world_size) * shapes.row_bytes
-    validation = shapes.validation_rows * shapes.row_bytes
+def data_bytes(shapes: Shapes, world_size: int, device: str, batch_size: int = 1) -> int:
+    """The training set as each rank holds it (`ml.streaming`): two blocks of read-ahead rows,
+    a chunk of validation rows being scored, and every validation row's output and label; on a
+    GPU, nothing else. On the CPU also the stores' mapped pages (a store of up to
+    `RESIDENT_BYTES` whole, a larger one a page per row of a block), the epoch's order of row
+    positions (the permutation, its wrap to whole batches and this rank's share: int64 each),
+    and one row group as a frame while the splits are stored."""
+    from ml.streaming import CHUNK_ROWS, READ_AHEAD_ROWS, RESIDENT_BYTES
+
+    block = max(READ_AHEAD_ROWS // batch_size, 1) * batch_size
+    scored = min(CHUNK_ROWS, shapes.validation_rows) * shapes.row_bytes
+    validation = shapes.validation_rows * 4 * (shapes.outputs + 1)
+    held = 2 * block * shapes.row_bytes + scored + validation
     if device == "cuda":
-        return block + validation
-    tensors = (shapes.train_rows + shapes.validation_rows) * shapes.row_bytes
-    return shapes.frame_bytes + shapes.parts_bytes + tensors + block
+        return held
+    mapped = 0
+    for rows in (shapes.train_rows, shapes.validation_rows):
+        size = rows * shapes.row_bytes
+        mapped += size if size <= RESIDENT_BYTES else min(size, 2 * block * PAGE_BYTES)
+    order = 8 * (2 * shapes.train_rows + math.ceil(shapes.train_rows / world_size))
+    return held + mapped + order + shapes.chunk_bytes
 
 
 def runtime_bytes() -> int:
@@ -544,7 +547,7 @@ def estimate(
         gathered_bytes=memory.gathered,
         buckets_bytes=memory.buckets,
         best_weights_bytes=memory.best_weights,
-        data_bytes=data_bytes(shapes, world_size, device),
+        data_bytes=data_bytes(shapes, world_size, device, batch),
         runtime_bytes=runtime,
         retained_bytes=0,
         activations_bytes=activation_bytes(model, shapes, config, device),

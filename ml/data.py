@@ -48,14 +48,6 @@ class TargetScaler:
     mean: float
     std: float
 
-    @classmethod
-    def fit(cls, labels: pd.Series) -> "TargetScaler":
-        values = _finite_labels(labels)
-        if len(values) == 0:
-            raise ValueError(f"the label column {labels.name!r} has no rows to fit on")
-        std = float(values.std())
-        return cls(float(values.mean()), std if std > 0 else 1.0)
-
     def transform(self, labels: pd.Series) -> np.ndarray:
         """The labels standardized, float32."""
         return ((_finite_labels(labels) - self.mean) / self.std).astype("float32")
@@ -88,9 +80,7 @@ class Preprocessor:
     def for_task(cls, task: Task, train: pd.DataFrame, label: str) -> "Preprocessor":
         """Fitted on the `train` split's feature columns and, as `task` needs, on its `label`
         column: its standardization (regression) or its class names (multiclass)."""
-        if task == MULTICLASS:
-            return cls.fit(train, class_label=label)
-        return cls.fit(train, label if task.standardized_label else None)
+        return FitStats.for_task(task, label).update(train).preprocessor()
 
     @classmethod
     def fit(
@@ -102,21 +92,9 @@ class Preprocessor:
     ) -> "Preprocessor":
         """Fitted on the `train` split's feature columns, on its `standardized_label` column
         when one is named (a regression label), and on the class names of its `class_label`
-        column when one is named (a multiclass label)."""
-        features = feature_columns(train)
-        numeric = [c for c in features if pd.api.types.is_numeric_dtype(train[c])]
-        categorical = [c for c in features if c not in numeric]
-        values = train[numeric].astype("float64")
-        mean = values.mean().fillna(0.0)
-        std = values.std(ddof=0).fillna(1.0).replace(0.0, 1.0)
-        vocabularies = [sorted(train[c].dropna().astype(str).unique()) for c in categorical]
-        target = None
-        if standardized_label is not None:
-            if standardized_label not in train.columns:
-                raise ValueError(f"training data lacks the label column {standardized_label!r}")
-            target = TargetScaler.fit(train[standardized_label])
-        classes = None if class_label is None else fit_classes(train, class_label)
-        return cls(numeric, mean.tolist(), std.tolist(), categorical, vocabularies, target, classes)
+        column when one is named (a multiclass label). The same as a `FitStats` of the rows
+        taken in one chunk."""
+        return FitStats(standardized_label, class_label=class_label).update(train).preprocessor()
 
     @property
     def task(self) -> Task:
@@ -200,20 +178,178 @@ class Preprocessor:
         return cls(**values, target=None if target is None else TargetScaler(**target))
 
 
-def fit_classes(train: pd.DataFrame, label: str) -> list[str]:
-    """The class names of the train split's `label` column, sorted; at least two."""
-    if label not in train.columns:
-        raise ValueError(f"training data lacks the label column {label!r}")
-    try:
-        classes = sorted(set(class_names(train[label]).tolist()))
-    except ValueError as missing:
-        raise ValueError(f"the label column {label!r}: {missing}") from None
-    if len(classes) < 2:
-        raise ValueError(
-            f"the multiclass label {label!r} has {len(classes)} class(es) in the train split"
-            f" {classes}: at least 2 are needed"
+class FitStats:
+    """What a `Preprocessor` is fitted from, gathered in one pass over the train split's rows, a
+    chunk at a time: per numeric feature its count, mean and sum of squared deviations (merged
+    chunk by chunk as Chan et al. do, so no chunk needs the others), per text feature its
+    values, and the label's moments (regression) or class names (multiclass). The chunks'
+    statistics are those of their concatenation, up to rounding; `to_dict` writes them where a
+    training set's manifest keeps them (`ml.parts`), so that a rank fits without a pass."""
+
+    def __init__(self, standardized_label: str | None = None, *, class_label: str | None = None):
+        self.standardized_label, self.class_label = standardized_label, class_label
+        self.numeric: list[str] | None = None
+        self.categorical: list[str] = []
+        self.count = np.zeros(0)
+        self.mean = np.zeros(0)
+        self.m2 = np.zeros(0)
+        self.values: list[set[str]] = []
+        self.target = _Moments()
+        self.classes: set[str] = set()
+
+    @classmethod
+    def for_task(cls, task: Task, label: str) -> "FitStats":
+        """The statistics a `task`'s preprocessor needs of the label column `label`."""
+        if task == MULTICLASS:
+            return cls(class_label=label)
+        return cls(label if task.standardized_label else None)
+
+    def update(self, train: pd.DataFrame) -> "FitStats":
+        """Take in one chunk of the train split's rows (every chunk has the first's columns)."""
+        if self.numeric is None:
+            features = feature_columns(train)
+            self.numeric = [c for c in features if pd.api.types.is_numeric_dtype(train[c])]
+            self.categorical = [c for c in features if c not in self.numeric]
+            width = len(self.numeric)
+            self.count, self.mean, self.m2 = np.zeros(width), np.zeros(width), np.zeros(width)
+            self.values = [set() for _ in self.categorical]
+        values = train[self.numeric].to_numpy(dtype="float64", na_value=np.nan)
+        count = (~np.isnan(values)).sum(axis=0).astype("float64")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, np.nansum(values, axis=0) / count, 0.0)
+        m2 = np.nansum((values - mean) ** 2, axis=0)
+        self.count, self.mean, self.m2 = _merged(self.count, self.mean, self.m2, count, mean, m2)
+        for seen, column in zip(self.values, self.categorical, strict=True):
+            seen.update(train[column].dropna().astype(str).unique())
+        if self.standardized_label is not None:
+            if self.standardized_label not in train.columns:
+                raise ValueError(
+                    f"training data lacks the label column {self.standardized_label!r}"
+                )
+            self.target.update(_finite_labels(train[self.standardized_label]))
+        if self.class_label is not None:
+            if self.class_label not in train.columns:
+                raise ValueError(f"training data lacks the label column {self.class_label!r}")
+            try:
+                self.classes.update(class_names(train[self.class_label]).tolist())
+            except ValueError as missing:
+                raise ValueError(f"the label column {self.class_label!r}: {missing}") from None
+        return self
+
+    def preprocessor(self) -> "Preprocessor":
+        if self.numeric is None:
+            raise ValueError("no rows were taken in to fit on")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = np.sqrt(self.m2 / self.count)
+        std = np.where((self.count == 0) | (std == 0), 1.0, std)
+        target = None
+        if self.standardized_label is not None:
+            target = self.target.scaler(self.standardized_label)
+        classes = None
+        if self.class_label is not None:
+            classes = sorted(self.classes)
+            if len(classes) < 2:
+                raise ValueError(
+                    f"the multiclass label {self.class_label!r} has {len(classes)} class(es) in"
+                    f" the train split {classes}: at least 2 are needed"
+                )
+        return Preprocessor(
+            list(self.numeric),
+            [float(v) for v in self.mean],
+            [float(v) for v in std],
+            list(self.categorical),
+            [sorted(seen) for seen in self.values],
+            target,
+            classes,
         )
-    return classes
+
+    def to_dict(self) -> dict:
+        """JSON-ready: what `from_dict` reads back."""
+        if self.numeric is None:
+            raise ValueError("no rows were taken in to fit on")
+        return {
+            "standardized_label": self.standardized_label,
+            "class_label": self.class_label,
+            "numeric": {
+                c: {"count": int(n), "mean": float(m), "m2": float(s)}
+                for c, n, m, s in zip(self.numeric, self.count, self.mean, self.m2, strict=True)
+            },
+            "categorical": {
+                c: sorted(seen) for c, seen in zip(self.categorical, self.values, strict=True)
+            },
+            "label": asdict(self.target),
+            "classes": sorted(self.classes),
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "FitStats":
+        stats = cls(values["standardized_label"], class_label=values["class_label"])
+        numeric = values["numeric"]
+        stats.numeric = list(numeric)
+        stats.count = np.array([v["count"] for v in numeric.values()], dtype="float64")
+        stats.mean = np.array([v["mean"] for v in numeric.values()], dtype="float64")
+        stats.m2 = np.array([v["m2"] for v in numeric.values()], dtype="float64")
+        stats.categorical = list(values["categorical"])
+        stats.values = [set(v) for v in values["categorical"].values()]
+        stats.target = _Moments(**values["label"])
+        stats.classes = set(values["classes"])
+        return stats
+
+    def fits(self, task: Task, label: str) -> bool:
+        """Whether these are the statistics `for_task(task, label)` gathers."""
+        wanted = FitStats.for_task(task, label)
+        return (self.standardized_label, self.class_label) == (
+            wanted.standardized_label,
+            wanted.class_label,
+        )
+
+
+@dataclass
+class _Moments:
+    """Count, mean and sum of squared deviations of a regression label's values."""
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def update(self, values: np.ndarray) -> None:
+        if not len(values):
+            return
+        mean = float(values.mean())
+        m2 = float(((values - mean) ** 2).sum())
+        count, merged, total = _merged(
+            np.array([self.count], dtype="float64"),
+            np.array([self.mean]),
+            np.array([self.m2]),
+            np.array([len(values)], dtype="float64"),
+            np.array([mean]),
+            np.array([m2]),
+        )
+        self.count, self.mean, self.m2 = int(count[0]), float(merged[0]), float(total[0])
+
+    def scaler(self, label: str) -> TargetScaler:
+        if self.count == 0:
+            raise ValueError(f"the label column {label!r} has no rows to fit on")
+        std = float(np.sqrt(self.m2 / self.count))
+        return TargetScaler(self.mean, std if std > 0 else 1.0)
+
+
+def _merged(
+    count_a: np.ndarray,
+    mean_a: np.ndarray,
+    m2_a: np.ndarray,
+    count_b: np.ndarray,
+    mean_b: np.ndarray,
+    m2_b: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, mean and sum of squared deviations of two parts' values together (Chan, Golub and
+    LeVeque's pairwise update); a part without values leaves the other as it is."""
+    count = count_a + count_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        delta = mean_b - mean_a
+        mean = np.where(count > 0, mean_a + delta * count_b / count, 0.0)
+        m2 = np.where(count > 0, m2_a + m2_b + delta**2 * count_a * count_b / count, 0.0)
+    return count, mean, m2
 
 
 def _class_indices(labels: pd.Series, classes: list[str]) -> np.ndarray:

@@ -39,12 +39,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from ml.config import TrainConfig
-from ml.data import Preprocessor, Shards, Tensors
+from ml.data import Shards, Tensors
 from ml.node import local_command
+from ml.parts import TrainingSetFiles
+from ml.task import task_named
 
 log = logging.getLogger("ml.layout")
 
@@ -388,13 +389,14 @@ def _name(processes: int, threads: int, short: bool = False) -> str:
 
 def _probe_of(training_set: Path, config: TrainConfig, global_batch_size: int) -> Probe:
     """The probe of a training set: the shapes `ml.train` would build from it."""
-    frame = pd.read_parquet(training_set)
-    train = frame[frame[config.data.split_column] == "train"]
-    preprocessor = Preprocessor.fit(train)
+    data = TrainingSetFiles.open(training_set)
+    split_column = config.data.split_column
+    fitted = data.fit(task_named(config.data.task), config.data.label, split_column)
+    preprocessor = fitted.preprocessor()
     return Probe(
         numeric_width=preprocessor.numeric_width,
         cardinalities=tuple(preprocessor.cardinalities),
-        train_rows=len(train),
+        train_rows=data.rows("train", split_column),
         global_batch_size=global_batch_size,
         config=config,
     )

@@ -10,7 +10,6 @@ costs well under a second against a bad module found only once every rank has st
 loaded its data and failed the same way.
 """
 
-from pathlib import Path
 from typing import Any
 
 from ml.config import TrainConfig, from_args, parser, team_network
@@ -36,13 +35,12 @@ def config_of(argv: list[str] | None) -> TrainConfig:
 def check(config: TrainConfig) -> None:
     """Refuse a config that cannot train, before any process group exists."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if not config.data.training_set or not config.output_dir:
         raise ValueError("--data.training_set and --output_dir are required")
-    if not Path(config.data.training_set).is_file():
-        raise FileNotFoundError(f"training set {config.data.training_set} does not exist")
-    schema = pq.read_schema(config.data.training_set)
+    from ml.parts import TrainingSetFiles
+
+    schema = TrainingSetFiles.open(config.data.training_set).schema
     missing = sorted({config.data.label, config.data.split_column} - set(schema.names))
     if missing:
         raise ValueError(f"training set {config.data.training_set} lacks the column(s) {missing}")

@@ -1,12 +1,15 @@
 """Data-parallel training of a tabular model on a training set: a binary classifier or a
 regression (`data.task`, `ml.task`).
 
-    python -m ml.train --data.training_set .local/lake/training_set/data.parquet \\
+    python -m ml.train --data.training_set .local/lake/<use case>/training_set/data \\
         --output_dir /tmp/run
     torchrun --standalone --nproc-per-node 2 --max-restarts 2 -m ml.train ...   # same flags
 
-Every rank reads the training set, fits the same preprocessing on the train split (a regression
-label is standardized with it), and trains on its share of each global batch (`ml.data.Shards`)
+The training set is a folder of Parquet parts (`ml.parts`) or one Parquet file. Every rank takes
+the same preprocessing of the train split from the parts' manifest (fitted in one pass where it
+has none; a regression label is standardized with it), stores the train and validation splits
+transformed on its local disk and streams its share of each global batch from there
+(`ml.streaming`: its memory does not grow with the training set; `ml.data.Shards`)
 with the config's strategy (`ml.sharding`: ddp or fsdp; gloo on CPU, NCCL on CUDA). All ranks
 write sharded checkpoints every `checkpoint_every_steps`, at the end of each epoch and on
 SIGTERM (`ml.preemption`: then the process exits `EXIT_PREEMPTED`); rank 0 writes the best
@@ -16,6 +19,7 @@ where it stopped. Under Dagster Pipes, rank 0 reports
 each epoch as it ends (the launching step logs it to MLflow then) and the result.
 """
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -23,6 +27,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,15 +46,16 @@ from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy,
 from ml import checkpoint, holds, memory, sharding, telemetry
 from ml.config import OptimConfig, TrainConfig
 from ml.data import Preprocessor, Shards, Tensors
-from ml.dataset import fingerprint
 from ml.exits import EXIT_NOT_RETRYABLE, EXIT_PREEMPTED, leave
 from ml.loopback import worker_store
 from ml.manifest import MANIFEST, RunManifest, environment
 from ml.metrics import Metrics, binary_metrics, multiclass_metrics, regression_metrics
 from ml.model import Offset, build_model
+from ml.parts import TrainingSetFiles
 from ml.preemption import Preempted, Preemption
 from ml.preflight import check, config_of
 from ml.results import Refused
+from ml.streaming import RowStore
 from ml.task import BINARY, MULTICLASS, REGRESSION, task_named
 
 log = logging.getLogger("ml.train")
@@ -161,16 +167,49 @@ def train(
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
+    label, split_column = config.data.label, config.data.split_column
+    data = TrainingSetFiles.open(config.data.training_set)
+    preprocessor = data.fit(task_named(config.data.task), label, split_column).preprocessor()
+    with (
+        tempfile.TemporaryDirectory(prefix=f"rows-rank{ranks.rank}-") as scratch,
+        contextlib.closing(
+            RowStore.build(
+                data.frames("train", split_column=split_column),
+                preprocessor,
+                label,
+                Path(scratch) / "train",
+            )
+        ) as train_set,
+        contextlib.closing(
+            RowStore.build(
+                data.frames("validation", split_column=split_column),
+                preprocessor,
+                label,
+                Path(scratch) / "validation",
+            )
+        ) as validation_set,
+    ):
+        return _train(
+            config, ranks, report, preemption, data, preprocessor, train_set, validation_set
+        )
+
+
+def _train(
+    config: TrainConfig,
+    ranks: "Ranks",
+    report: Any,
+    preemption: Preemption,
+    data: TrainingSetFiles,
+    preprocessor: Preprocessor,
+    train_set: RowStore,
+    validation_set: RowStore,
+) -> "TrainResult":
     dtype = autocast_dtype(config.precision, ranks.device)
     autocast = torch.autocast(ranks.device.type, dtype=dtype, enabled=dtype is not None)
     task = task_named(config.data.task)
     loss_of = LOSSES[task.name]
     label = config.data.label
-    frame = pd.read_parquet(config.data.training_set)
-    parts = {s: frame[frame[config.data.split_column] == s] for s in ("train", "validation")}
-    preprocessor = Preprocessor.for_task(task, parts["train"], label)
-    train_set = preprocessor.transform(parts["train"], label)
-    validation_set = preprocessor.transform(parts["validation"], label)
+    validation_labels = validation_set.labels().to(ranks.device)
     model = network(preprocessor, config).to(ranks.device)
     wrapped = sharding.parallelize(model, config.strategy, ranks.world_size)
     optim = config.optim
@@ -232,7 +271,7 @@ def train(
         first = position.samples_in_epoch // global_batch if epoch == position.epoch else 0
         losses = []
         began = time.perf_counter()
-        batches = epoch_batches(train_set, rows, batch_size, first, ranks.device)
+        batches = train_set.batches(rows, batch_size, first, ranks.device)
         for batch, inputs in enumerate(meter.timed(batches), start=first):
             loss = train_step(wrapped, optimizer, scheduler, autocast, *inputs, loss_of=loss_of)
             meter.step(len(inputs[0]))
@@ -250,9 +289,7 @@ def train(
         training_s += time.perf_counter() - began
         measured.append(telemetry.gather(meter.close(epoch + 1)))  # a collective: every rank
         validation_loss = float(
-            loss_of(
-                predict(wrapped, validation_set, autocast), validation_set.label.to(ranks.device)
-            ).item()
+            loss_of(predict_rows(wrapped, validation_set, autocast), validation_labels).item()
         )
         history["train_loss"].append(sum(losses) / max(len(losses), 1))
         history["validation_loss"].append(validation_loss)
@@ -268,15 +305,17 @@ def train(
 
     sharding.load_weights(model, best_weights)
     validation = validation_metrics(
-        preprocessor, predict(wrapped, validation_set, autocast), parts["validation"][label]
+        preprocessor,
+        predict_rows(wrapped, validation_set, autocast),
+        data.read("validation", [label], config.data.split_column)[label],
     )
     final_weights = sharding.full_weights(model, ranks.world_size)  # every rank takes part
     weights = Path(config.output_dir) / WEIGHTS
     weights_sha256 = ""  # rank 0 writes the file and reports the result
     if ranks.is_main:
-        data = safetensors_bytes(final_weights)
-        weights.write_bytes(data)  # with open(): the umask decides the mode, unlike save_file
-        weights_sha256 = hashlib.sha256(data).hexdigest()
+        written = safetensors_bytes(final_weights)
+        weights.write_bytes(written)  # with open(): the umask decides the mode, unlike save_file
+        weights_sha256 = hashlib.sha256(written).hexdigest()
         (Path(config.output_dir) / PREPROCESSOR).write_text(preprocessor.to_json())
         segments = [
             *done,
@@ -286,7 +325,7 @@ def train(
             seed=config.seed,
             **environment(REPO),
             world_size=ranks.world_size,
-            data_fingerprint=fingerprint(frame),
+            data_fingerprint=data.fingerprint(),
             feature_service=config.data.feature_service,
             shards_fingerprint=shards.fingerprint(epoch),
             segments=[asdict(s) for s in segments if s.end > s.start],
@@ -491,6 +530,11 @@ def restore(
     if device.type == "cuda":
         torch.cuda.set_rng_state(state["rng"]["cuda"], device)
     return state["best_weights"], state["history"]
+
+
+def predict_rows(model: nn.Module, rows: RowStore, autocast: torch.autocast) -> torch.Tensor:
+    """fp32 outputs of every row of a stored split, scored a chunk at a time."""
+    return torch.cat([predict(model, chunk, autocast) for chunk in rows.chunks()])
 
 
 def predict(model: nn.Module, data: Tensors, autocast: torch.autocast) -> torch.Tensor:

@@ -357,11 +357,11 @@ def training_data(plan: TrainingPlan, manifest: Mapping[str, Any]) -> TrainingDa
     and counts (read from the Parquet footer, when the file is here)."""
     data = plan.settings.data
     profile: dict[str, Any] = {"label": data.label, "task": data.task}
-    if plan.training_set.is_file():
-        import pyarrow.parquet as pq
+    if plan.training_set.exists():
+        from ml.parts import TrainingSetFiles
 
-        footer = pq.read_metadata(plan.training_set)
-        profile.update(rows=footer.num_rows, columns=footer.num_columns)
+        stored = TrainingSetFiles.open(plan.training_set)
+        profile.update(rows=stored.rows(None), columns=len(stored.schema.names))
     return TrainingData(
         name=manifest["feature_service"],
         fingerprint=manifest["data_fingerprint"],

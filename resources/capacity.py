@@ -49,7 +49,7 @@ def check_here(config: TrainConfig, processes: int) -> "CapacityEstimate | None"
     a file here (the node checks it where it is)."""
     from ml import capacity
 
-    if not Path(config.data.training_set).is_file():
+    if not Path(config.data.training_set).exists():
         return None
     try:
         return capacity.check(config, world_size=processes, local_ranks=processes, probe_time=False)
@@ -78,7 +78,7 @@ def pod_memory(
     devices, which the node checks in the pod)."""
     from ml import capacity
 
-    if not Path(config.data.training_set).is_file():
+    if not Path(config.data.training_set).exists():
         why = "the training set is not readable here: the node checks it in the pod"
         return PodMemory(memory or DEFAULT_MEMORY, why, None)
     found = capacity.estimate(

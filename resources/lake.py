@@ -6,6 +6,10 @@ hash (of its columns, types and values, not of the file's bytes) in its Parquet 
 hash is reported to Dagster as the asset's data version: re-materializing identical data keeps
 the version, so nothing downstream turns stale for no reason.
 
+A training set is stored as a folder of Parquet parts by split and row range with a manifest
+(`ml.parts`): an asset returns `Parts`, a step reading it as a DataFrame gets its rows in order,
+and one reading it through `LakePaths` gets the folder, which a rank streams its share from.
+
 A table too large to hold whole travels in chunks: an asset returns `Chunks`, written as one
 Parquet row group per chunk with its hash taken chunk by chunk, and a step whose input is
 annotated `LakeTable` gets the file to read a row group at a time instead of its rows
@@ -148,6 +152,18 @@ class Chunks:
 
     frames: Callable[[], Iterator["pd.DataFrame"]]
     metadata: Callable[[], Mapping[str, Any]] = dict
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A table the lake stores as a folder of parts by split and row range with a manifest
+    (`ml.parts.write_parts`), at the asset's path without `.parquet`: a training set. `fit`,
+    given, gathers the train split's preprocessing statistics as the parts are written."""
+
+    frame: "pd.DataFrame"
+    split_column: str
+    fit: Any = None
+    """An `ml.data.FitStats`, or None."""
 
 
 @dataclass(frozen=True)
@@ -355,13 +371,50 @@ class ParquetLake(dg.ConfigurableIOManager):
 
         return UPath(resolved.as_uri())
 
-    def handle_output(self, context: dg.OutputContext, obj: "pd.DataFrame | Chunks") -> None:
+    def handle_output(
+        self, context: dg.OutputContext, obj: "pd.DataFrame | Chunks | Parts"
+    ) -> None:
         partition_key = _one_partition(context, "one partition per write")
-        stored = self.write(context.asset_key, partition_key, obj)
-        context.add_output_metadata(dict(stored.metadata))
+        if isinstance(obj, Parts):
+            version, metadata = self.write_parts(context.asset_key, partition_key, obj)
+        else:
+            stored = self.write(context.asset_key, partition_key, obj)
+            version, metadata = stored.data_version, stored.metadata
+        context.add_output_metadata(dict(metadata))
         # Dagster takes a data version from the step's cache when the output carries none; setting
         # it here makes the stored content, not the code version, decide what is stale downstream.
-        context.step_context.set_data_version(context.asset_key, stored.data_version)
+        context.step_context.set_data_version(context.asset_key, version)
+
+    def parts_path(self, asset_key: dg.AssetKey, partition_key: str | None) -> LakePath:
+        """The folder of an asset partition stored as `Parts`: its file's path without
+        `.parquet`."""
+        path = self.path_for(asset_key, partition_key)
+        return path.with_name(path.name.removesuffix(".parquet"))
+
+    def write_parts(
+        self, asset_key: dg.AssetKey, partition_key: str | None, parts: Parts
+    ) -> tuple[dg.DataVersion, dict[str, Any]]:
+        """Store one asset partition as a folder of parts; its data version is the rows'
+        fingerprint. A file the asset was stored as before is removed once the parts are in."""
+        from ml.parts import write_parts
+
+        folder = self.parts_path(asset_key, partition_key)
+        manifest = write_parts(
+            parts.frame, folder, parts.split_column, fit=parts.fit, permissions=self.file_mode
+        )
+        earlier = self.path_for(asset_key, partition_key)
+        if earlier.is_file():
+            earlier.unlink()
+        metadata = {
+            "dagster/row_count": manifest.rows,
+            "dagster/column_schema": dg.TableSchema(
+                columns=[dg.TableColumn(name, dtype) for name, dtype in manifest.columns]
+            ),
+            "content_hash": manifest.fingerprint,
+            "parts": len(manifest.parts),
+            "path": dg.MetadataValue.path(str(folder)),
+        }
+        return dg.DataVersion(manifest.fingerprint), metadata
 
     def write(
         self, asset_key: dg.AssetKey, partition_key: str | None, obj: "pd.DataFrame | Chunks"
@@ -407,6 +460,10 @@ class ParquetLake(dg.ConfigurableIOManager):
                 asset_key, context.asset_partition_keys, context.has_partition_key
             )
         if not context.has_asset_partitions:
+            if self._has_parts(asset_key):
+                from ml.parts import TrainingSetFiles
+
+                return TrainingSetFiles.open(self.parts_path(asset_key, None)).read()
             return self._read(self.path_for(asset_key, None), asset_key, None)
         frames = [
             self._read(self.path_for(asset_key, key), asset_key, key)
@@ -417,6 +474,11 @@ class ParquetLake(dg.ConfigurableIOManager):
         if len(frames) == 1:
             return frames[0]
         return pd.concat(frames, ignore_index=True)
+
+    def _has_parts(self, asset_key: dg.AssetKey) -> bool:
+        from ml.parts import is_parts
+
+        return is_parts(self.parts_path(asset_key, None))
 
     def _partitions(
         self, asset_key: dg.AssetKey, keys: Sequence[str], one_day: bool
@@ -461,11 +523,12 @@ class LakePaths(ParquetLake):
     """The same lake, read as the local path of an unpartitioned asset's file instead of its
     rows: for steps that hand the file to another process (training under torchrun).
 
-    A folder or `file://` lake hands over the file itself. A remote lake's file is copied to
-    `staging_dir` first and the copy is handed over, rather than its URL: the training side
-    (ml.train, the layout probe, the launchers) opens the training set as a local file, every
-    rank reads all of it, and a local copy means one download per step instead of one per rank,
-    with the store's credentials needed by this process only. The copy is named by its content
+    A folder or `file://` lake hands over the file (or the folder of parts) itself. A remote
+    lake's file is copied to `staging_dir` first and the copy is handed over, rather than its
+    URL (a folder of parts: `staged_parts`): the training side (ml.train, the layout probe, the
+    launchers) opens the training set as local files, every rank reads all of it, and a local
+    copy means one download per step instead of one per rank, with the store's credentials
+    needed by this process only. The copy is named by its content
     hash, which is read from the downloaded file itself (the object may be replaced while it
     downloads), so a retry or a later run over the same data reuses it; it is renamed into
     place whole. Copies are not removed: the folder is a cache, safe to empty between runs.
@@ -489,19 +552,20 @@ class LakePaths(ParquetLake):
     def load_input(self, context: dg.InputContext) -> Path:  # type: ignore[override]
         if context.has_asset_partitions:
             raise ValueError(f"{context.asset_key.to_user_string()}: only unpartitioned assets")
-        path = self.path_for(context.asset_key, None)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{context.asset_key.to_user_string()} has not been materialized ({path})"
-            )
+        key = context.asset_key
+        parts = self._has_parts(key)  # a training set: a folder of parts
+        path = self.parts_path(key, None) if parts else self.path_for(key, None)
+        if not parts and not path.is_file():
+            raise FileNotFoundError(f"{key.to_user_string()} has not been materialized ({path})")
         local = local_path(path)
         if local is not None:
             return local
         assert self.staging_dir  # the validator requires it for a remote root
         from upath import UPath
 
-        folder = Path(self.staging_dir).resolve().joinpath(*context.asset_key.path)
-        return staged_copy(UPath(path), folder, self.file_mode)
+        folder = Path(self.staging_dir).resolve().joinpath(*key.path)
+        copy = staged_parts if parts else staged_copy
+        return copy(UPath(path), folder, self.file_mode)
 
 
 def staged_copy(path: "UPath", folder: Path, permissions: int = FILE_MODE) -> Path:
@@ -523,6 +587,30 @@ def staged_copy(path: "UPath", folder: Path, permissions: int = FILE_MODE) -> Pa
             raise ValueError(f"{path} carries no content hash; it was not written by the lake")
         copy = folder / f"{digest}.parquet"
         os.replace(download, copy)
+    return copy
+
+
+def staged_parts(folder: "UPath", staging: Path, permissions: int = FILE_MODE) -> Path:
+    """A whole local copy of the lake's folder of parts `folder` in `staging`, named by its
+    rows' fingerprint: the parts its manifest names, each checked against its sha256, then the
+    manifest (a copy with a manifest is whole); an existing copy is reused."""
+    from ml.parts import MANIFEST, Manifest
+
+    text = (folder / MANIFEST).read_text()
+    manifest = Manifest.from_json(text)
+    copy = staging / manifest.fingerprint
+    if (copy / MANIFEST).is_file():
+        return copy
+    for part in manifest.parts:
+        target = copy / part.path
+        make_folders(target.parent, permissions)
+        with (
+            (folder / part.path).open("rb") as source,
+            atomic_write(target, "wb", permissions) as sink,
+        ):
+            shutil.copyfileobj(source, sink, 1 << 20)
+    with atomic_write(copy / MANIFEST, "w", permissions) as sink:
+        sink.write(text)
     return copy
 
 

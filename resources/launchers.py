@@ -120,10 +120,10 @@ class LocalTorchrun(TrainingLauncher):
         code (a new run, as after `make run` was killed, or a run retry of a dead run); a step
         retry of this run resumes from its own folder anyway."""
         from ml import checkpoint
-        from ml.files import sha256_file
         from ml.manifest import git_commit
+        from ml.parts import TrainingSetFiles
 
-        data = sha256_file(Path(config.data.training_set))
+        data = TrainingSetFiles.open(config.data.training_set).digest()
         key = config.attempt_key(data, git_commit(Path(__file__).resolve().parents[1]))
         root = Path(config.output_dir) / "checkpoints"
         checkpoint.begin_attempt(root, key, self.file_mode)

@@ -32,6 +32,7 @@ from assets.ingestion import source_key
 from cli import scaffold
 from declare import UseCase
 from declare.feast_names import FeastNames
+from ml.parts import TrainingSetFiles
 from pipelines.definitions import definitions, local_resources
 from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
@@ -408,7 +409,8 @@ def test_event_data_is_declared_as_events_keyed_by_what_tells_them_apart(events:
 
 
 def test_every_event_is_joined_to_its_own_row_even_in_the_same_second(events: Project):
-    training = pd.read_parquet(events.home / "lake" / EVENT_NAME / "training_set" / "data.parquet")
+    stored = events.home / "lake" / EVENT_NAME / "training_set" / "data"
+    training = TrainingSetFiles.open(stored).read()
     assert not [c for c in training.columns if c.endswith("__item_id")]
     sample = pd.read_csv(events.root / "ratings.csv")
     sample["rating_key"] = sample["user_id"].astype(str) + ":" + sample["item_id"].astype(str)

@@ -12,9 +12,12 @@ import pandas as pd
 import pytest
 
 from declare.gate import RegressionGatePolicy
+from ml import streaming
+from ml.dataset import SPLITS
 from ml.export import export, parity
 from ml.gate import decide
 from ml.metrics import RegressionMetrics, SliceSpec, evaluate, regression_metrics
+from ml.parts import write_parts
 from ml.predict import Scorer, score_to_parquet
 from ml.task import REGRESSION
 from ml.train import load_trained, predictions, probabilities
@@ -92,3 +95,21 @@ def test_the_same_seed_trains_the_same_regression_weights(tmp_path):
     second = json.loads((trained(tmp_path / "b", frame) / "result.json").read_text())
     assert first["weights_sha256"] == second["weights_sha256"]
     assert math.isfinite(first["best_validation_loss"])
+
+
+def test_a_rank_streaming_its_rows_trains_the_weights_it_would_from_memory(tmp_path, monkeypatch):
+    """The rows a rank streams from its store, a few batches at a time with their pages given
+    back, against the whole epoch gathered at once (as the rows were taken in memory: the
+    batches are `ml.train.epoch_batches`' own, tests/unit/test_parts.py), from one Parquet file
+    and from a folder of parts: the same weights, bit for bit."""
+    frame = regression_set(2_000, seed=2)
+    ordered = pd.concat([frame[frame["split"] == s] for s in SPLITS], ignore_index=True)
+    write_parts(ordered, tmp_path / "parts", "split", rows_per_part=300)
+    for source in (None, tmp_path / "parts"):
+        weights = {}
+        for name, read_ahead, resident in (("memory", 10**9, 10**12), ("streamed", 200, 0)):
+            monkeypatch.setattr(streaming, "READ_AHEAD_ROWS", read_ahead)
+            monkeypatch.setattr(streaming, "RESIDENT_BYTES", resident)
+            run = trained(tmp_path / f"{name}-{source is None}", ordered, epochs=2, data=source)
+            weights[name] = json.loads((run / "result.json").read_text())["weights_sha256"]
+        assert weights["streamed"] == weights["memory"], source

@@ -3,6 +3,7 @@ from what autograd saves, the verdict and its message; and the Kubernetes quanti
 period it sizes pods with. Real trainings against the estimate are in
 tests/integration/test_capacity.py."""
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,8 +28,7 @@ SHAPES = Shapes(
     outputs=1,
     train_rows=1_000,
     validation_rows=200,
-    frame_bytes=300_000,
-    parts_bytes=280_000,
+    chunk_bytes=300_000,
 )
 RUNTIME = 400 * 2**20
 """A runtime's resident set, given: measuring it starts a process."""
@@ -115,12 +115,21 @@ def test_saved_activations_exclude_parameters_count_a_shared_tensor_once_and_sca
     assert doubled == 2 * counted
 
 
-def test_data_on_a_gpu_is_the_epoch_block_and_the_validation_split_only():
-    on_cpu = capacity.data_bytes(SHAPES, 2, "cpu")
-    on_gpu = capacity.data_bytes(SHAPES, 2, "cuda")
+def test_a_rank_holds_two_blocks_of_rows_and_the_validation_outputs_not_the_training_set():
     row = SHAPES.row_bytes
-    assert on_gpu == 500 * row + 200 * row
-    assert on_cpu == 300_000 + 280_000 + 1_200 * row + 500 * row
+    on_gpu = capacity.data_bytes(SHAPES, 2, "cuda", batch_size=64)
+    block = 4096  # READ_AHEAD_ROWS, whole batches of 64
+    assert on_gpu == 2 * block * row + 200 * row + 200 * 4 * 2
+    on_cpu = capacity.data_bytes(SHAPES, 2, "cpu", batch_size=64)
+    # Both stores are small enough to stay mapped whole; the order: permutation, wrap, share.
+    assert on_cpu == on_gpu + 1_200 * row + 8 * (2_000 + 500) + 300_000
+    # Thirty times the rows: the blocks and the mapped pages stay, the order grows.
+    large = dataclasses.replace(SHAPES, train_rows=30_000_000, validation_rows=6_000_000)
+    grown = capacity.data_bytes(large, 2, "cpu", batch_size=64)
+    pages = 2 * (2 * block * capacity.PAGE_BYTES)
+    order = 8 * (60_000_000 + 15_000_000)
+    outputs = 6_000_000 * 4 * 2
+    assert grown == 2 * block * row + 65_536 * row + outputs + pages + order + 300_000
 
 
 def test_the_total_is_what_is_held_plus_the_larger_of_a_steps_and_a_writes_passing_memory():

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from upath import UPath
 
+from ml.parts import TrainingSetFiles
 from resources.documents import JsonDocuments
 from resources.lake import (
     LakeFiles,
@@ -14,6 +15,7 @@ from resources.lake import (
     LakePaths,
     LakeTable,
     ParquetLake,
+    Parts,
     content_hash,
     local_path,
     stored_hash,
@@ -336,3 +338,31 @@ def test_chunks_of_different_dtypes_are_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="differ from the first chunk"):
         write_parquet_chunks([frame(2), frame(2).astype({"id": "float64"})], path)
     assert not path.exists()
+
+
+def _training_set(n: int = 12) -> pd.DataFrame:
+    parts = ["train"] * (n - 4) + ["validation"] * 2 + ["test"] * 2
+    return frame(n).assign(split=pd.array(parts, dtype="string"))
+
+
+def test_a_training_set_is_stored_as_parts_read_whole_and_handed_over_as_its_folder(
+    root: str, tmp_path: Path
+):
+    key = dg.AssetKey("training_set")
+    lake = LakePaths(root=root, staging_dir=str(tmp_path / "staging"))
+    write_parquet_atomically(frame(3), lake.path_for(key, None))  # as it was stored before
+    version, metadata = lake.write_parts(key, None, Parts(_training_set(), "split"))
+    assert version.value == content_hash(_training_set()) == metadata["content_hash"]
+    assert metadata["dagster/row_count"] == 12 and metadata["parts"] == 3
+    assert not stored(root, "training_set", "data.parquet").exists()  # no second version
+    assert stored(root, "training_set", "data", "manifest.json").exists()
+    context = dg.build_input_context(asset_key=key)
+    pd.testing.assert_frame_equal(ParquetLake.load_input(lake, context), _training_set())
+    handed = lake.load_input(context)
+    assert isinstance(handed, Path) and not isinstance(handed, UPath)
+    if local_path(UPath(root)) is None:  # a remote lake's parts are copied, named by their rows
+        assert handed == tmp_path / "staging" / "training_set" / content_hash(_training_set())
+        assert lake.load_input(context) == handed  # and reused
+    else:
+        assert handed == Path(stored(root, "training_set", "data").path).resolve()
+    pd.testing.assert_frame_equal(TrainingSetFiles.open(handed).read(), _training_set())

@@ -37,15 +37,20 @@ def regression_set(rows: int = 3_000, seed: int = 0) -> pd.DataFrame:
     )
 
 
-def trained(tmp_path: Path, frame: pd.DataFrame) -> Path:
+def trained(
+    tmp_path: Path, frame: pd.DataFrame, epochs: int = 12, data: Path | None = None
+) -> Path:
+    """The run folder of a regression trained on `frame` (written to one Parquet file), or on
+    the training set at `data`."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "training_set.parquet"
-    frame.to_parquet(path)
+    path = data or tmp_path / "training_set.parquet"
+    if data is None:
+        frame.to_parquet(path)
     config = TrainConfig.from_dict(
         {
             "data": {"training_set": str(path), "label": "minutes", "task": "regression"},
             "model": {"hidden_sizes": [32, 16]},
-            "optim": {"max_epochs": 12, "batch_size": 128, "patience_epochs": 12},
+            "optim": {"max_epochs": epochs, "batch_size": 128, "patience_epochs": 12},
             "output_dir": str(tmp_path / "run"),
             "precision": "fp32",
         }
