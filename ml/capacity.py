@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from ml import memory
 from ml.config import TrainConfig
 from ml.memory import resident_bytes, resident_peak_bytes
+from ml.task import MULTICLASS
 
 if TYPE_CHECKING:
     import torch
@@ -477,7 +478,9 @@ def probe_steps(model: "nn.Module", shapes: Shapes, config: TrainConfig) -> Step
     memory.reset_resident_peak()
     before = resident_bytes()  # the model is built: its parameters are in
     numeric, categorical = random_inputs(shapes, optim.batch_size, "cpu", config.seed)
-    label = torch.zeros(optim.batch_size)
+    # A class index per row (multiclass), else a number: what the task's loss takes.
+    multiclass = config.data.task == MULTICLASS.name
+    label = torch.zeros(optim.batch_size, dtype=torch.long if multiclass else torch.float32)
     optimizer = adamw(model, optim)
     scheduler = warmup_cosine(optimizer, WARMUP_STEPS + TIMED_STEPS, optim.warmup_fraction)
     autocast = torch.autocast("cpu", enabled=False)

@@ -213,11 +213,14 @@ class FitStats:
             width = len(self.numeric)
             self.count, self.mean, self.m2 = np.zeros(width), np.zeros(width), np.zeros(width)
             self.values = [set() for _ in self.categorical]
-        values = train[self.numeric].to_numpy(dtype="float64", na_value=np.nan)
-        count = (~np.isnan(values)).sum(axis=0).astype("float64")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, np.nansum(values, axis=0) / count, 0.0)
-        m2 = np.nansum((values - mean) ** 2, axis=0)
+        # pandas' own sums, column by column: one chunk gives exactly the mean and deviation
+        # `DataFrame.mean` and `.std(ddof=0)` give (the trained weights of a set in one chunk
+        # are those of earlier releases).
+        values = train[self.numeric].astype("float64")
+        count = values.count().to_numpy(dtype="float64")
+        mean = values.mean().fillna(0.0)
+        m2 = ((values - mean) ** 2).sum().to_numpy(dtype="float64")
+        mean = mean.to_numpy(dtype="float64")
         self.count, self.mean, self.m2 = _merged(self.count, self.mean, self.m2, count, mean, m2)
         for seen, column in zip(self.values, self.categorical, strict=True):
             seen.update(train[column].dropna().astype(str).unique())
@@ -270,13 +273,16 @@ class FitStats:
         return {
             "standardized_label": self.standardized_label,
             "class_label": self.class_label,
-            "numeric": {
-                c: {"count": int(n), "mean": float(m), "m2": float(s)}
+            # Lists, not objects: a column's place is its input's place in the network, and a
+            # manifest's keys are written sorted.
+            "numeric": [
+                {"column": c, "count": int(n), "mean": float(m), "m2": float(s)}
                 for c, n, m, s in zip(self.numeric, self.count, self.mean, self.m2, strict=True)
-            },
-            "categorical": {
-                c: sorted(seen) for c, seen in zip(self.categorical, self.values, strict=True)
-            },
+            ],
+            "categorical": [
+                {"column": c, "values": sorted(seen)}
+                for c, seen in zip(self.categorical, self.values, strict=True)
+            ],
             "label": asdict(self.target),
             "classes": sorted(self.classes),
         }
@@ -285,12 +291,12 @@ class FitStats:
     def from_dict(cls, values: dict) -> "FitStats":
         stats = cls(values["standardized_label"], class_label=values["class_label"])
         numeric = values["numeric"]
-        stats.numeric = list(numeric)
-        stats.count = np.array([v["count"] for v in numeric.values()], dtype="float64")
-        stats.mean = np.array([v["mean"] for v in numeric.values()], dtype="float64")
-        stats.m2 = np.array([v["m2"] for v in numeric.values()], dtype="float64")
-        stats.categorical = list(values["categorical"])
-        stats.values = [set(v) for v in values["categorical"].values()]
+        stats.numeric = [v["column"] for v in numeric]
+        stats.count = np.array([v["count"] for v in numeric], dtype="float64")
+        stats.mean = np.array([v["mean"] for v in numeric], dtype="float64")
+        stats.m2 = np.array([v["m2"] for v in numeric], dtype="float64")
+        stats.categorical = [v["column"] for v in values["categorical"]]
+        stats.values = [set(v["values"]) for v in values["categorical"]]
         stats.target = _Moments(**values["label"])
         stats.classes = set(values["classes"])
         return stats

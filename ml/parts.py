@@ -226,7 +226,9 @@ class TrainingSetFiles:
         if is_parts(path):
             return cls(path, Manifest.from_json((path / MANIFEST).read_text()))
         if not path.is_file():
-            raise FileNotFoundError(f"training set {path} is neither a folder of parts nor a file")
+            raise FileNotFoundError(
+                f"training set {path} does not exist (neither a folder of parts nor a file)"
+            )
         return cls(path, None)
 
     @property

@@ -89,24 +89,19 @@ class _Query:
     tables: Mapping[str, pa.Table] = field(default_factory=dict)
 
 
-class DuckDBAsofRetrievalJob(RetrievalJob):
-    """A lazy retrieval: the query runs in a fresh in-memory DuckDB on every `to_arrow`/`to_df`.
-
-    For a point-in-time join the query returns `__row` and the feature columns in entity order,
-    and the job puts them beside the entity frame's own columns (`entities`)."""
+class EntityOrderedJob(RetrievalJob):
+    """A lazy retrieval whose `_run` (an engine's) gives `__row` and the feature columns in the
+    entity rows' order, for a point-in-time join; the job puts them beside the entity frame's
+    own columns (`entities`). Without `entities`, `_run` gives the result as it is."""
 
     def __init__(
         self,
-        query: _Query,
-        config: DuckDBAsofOfflineStoreConfig,
         entities: pd.DataFrame | None = None,
         feature_names: Sequence[str] = (),
         full_feature_names: bool = False,
         on_demand_feature_views: list[OnDemandFeatureView] | None = None,
         metadata: RetrievalMetadata | None = None,
     ):
-        self._query = query
-        self._config = config
         self._entities = entities
         self._feature_names = list(feature_names)
         self._full_feature_names = full_feature_names
@@ -124,9 +119,6 @@ class DuckDBAsofRetrievalJob(RetrievalJob):
     @property
     def metadata(self) -> RetrievalMetadata | None:
         return self._metadata
-
-    def to_sql(self) -> str:
-        return self._query.sql
 
     def to_df(
         self,
@@ -158,11 +150,7 @@ class DuckDBAsofRetrievalJob(RetrievalJob):
         return pd.concat([entities, features], axis=1, copy=False)
 
     def _run(self) -> pa.Table:
-        with _connect(self._config) as con:
-            for name, table in self._query.tables.items():
-                con.register(name, table)
-            logger.debug("DuckDB query:\n%s", self._query.sql)
-            return con.sql(self._query.sql).to_arrow_table()
+        raise NotImplementedError
 
     def persist(
         self,
@@ -171,9 +159,40 @@ class DuckDBAsofRetrievalJob(RetrievalJob):
         timeout: int | None = None,
     ):
         raise NotImplementedError(
-            "DuckDBAsofOfflineStore does not persist saved datasets; "
-            "write `job.to_arrow()` to Parquet instead."
+            "this offline store does not persist saved datasets; write `job.to_arrow()` to"
+            " Parquet instead."
         )
+
+
+class DuckDBAsofRetrievalJob(EntityOrderedJob):
+    """A lazy retrieval: the query runs in a fresh in-memory DuckDB on every `to_arrow`/`to_df`
+    (for a point-in-time join: `__row` and the feature columns in entity order)."""
+
+    def __init__(
+        self,
+        query: _Query,
+        config: DuckDBAsofOfflineStoreConfig,
+        entities: pd.DataFrame | None = None,
+        feature_names: Sequence[str] = (),
+        full_feature_names: bool = False,
+        on_demand_feature_views: list[OnDemandFeatureView] | None = None,
+        metadata: RetrievalMetadata | None = None,
+    ):
+        super().__init__(
+            entities, feature_names, full_feature_names, on_demand_feature_views, metadata
+        )
+        self._query = query
+        self._config = config
+
+    def to_sql(self) -> str:
+        return self._query.sql
+
+    def _run(self) -> pa.Table:
+        with _connect(self._config) as con:
+            for name, table in self._query.tables.items():
+                con.register(name, table)
+            logger.debug("DuckDB query:\n%s", self._query.sql)
+            return con.sql(self._query.sql).to_arrow_table()
 
 
 class DuckDBAsofOfflineStore(OfflineStore):
@@ -198,7 +217,7 @@ class DuckDBAsofOfflineStore(OfflineStore):
             )
         entities = _entity_frame(entity_df, store_config, config)
         event_column = event_timestamp_column(entities)
-        event_ts = _utc_micros(entities[event_column])
+        event_ts = utc_micros(entities[event_column])
         odfvs = OnDemandFeatureView.get_requested_odfvs(feature_refs, project, registry)
         views_to_features, _ = _get_requested_feature_views_to_features_dict(
             feature_refs, feature_views, odfvs
@@ -208,36 +227,20 @@ class DuckDBAsofOfflineStore(OfflineStore):
             "__row": pa.array(np.arange(len(entities), dtype=np.int64)),
             "__ts": pa.Array.from_pandas(event_ts),
         }
-        key_aliases: dict[str, str] = {}  # entity-df column -> its name in the DuckDB table
+        plans, key_aliases = planned(views_to_features, entities, full_feature_names)
+        for entity_key, alias in key_aliases.items():
+            entity_columns[alias] = pa.Array.from_pandas(entities[entity_key])
         tables: dict[str, pa.Table] = {}
-        ctes, joins, selects, output_names = [], [], [], []
+        ctes, joins, selects = [], [], []
         window = (event_ts.min(), event_ts.max())
-        for i, (view, features) in enumerate(views_to_features.items()):
-            plan = _ViewPlan.of(view, features, full_feature_names, alias=f"__f{i}")
-            for entity_key in plan.entity_keys:
-                if entity_key not in entities.columns:
-                    raise ValueError(
-                        f"Feature view {view.name!r} joins on {entity_key!r}, "
-                        f"which the entity dataframe lacks (columns: {list(entities.columns)})"
-                    )
-                if entity_key not in key_aliases:
-                    key_aliases[entity_key] = f"__e{len(key_aliases)}"
-                    entity_columns[key_aliases[entity_key]] = pa.Array.from_pandas(
-                        entities[entity_key]
-                    )
+        for plan in plans:
+            view = plan.view
             scan = _scan(config, view.batch_source, plan.declared_schema(), view.name)
             tables.update(scan.tables)
             ctes.append(f"{_q(plan.alias)} AS (\n{plan.feature_sql(scan.sql, window)}\n)")
             joins.append(plan.join_sql([key_aliases[k] for k in plan.entity_keys]))
             selects.extend(plan.output_sql())
-            output_names.extend(plan.output_names)
-
-        clash = sorted(set(output_names) & set(map(str, entities.columns)))
-        if clash or len(set(output_names)) != len(output_names):
-            raise ValueError(
-                f"Feature columns {clash or output_names} collide with each other or with "
-                "entity dataframe columns; rename them or use full_feature_names=True"
-            )
+        output_names = [name for plan in plans for name in plan.output_names]
         tables["__entity"] = pa.table(entity_columns)
         with_clause = "WITH " + ",\n".join(ctes) + "\n" if ctes else ""
         sql = (
@@ -335,8 +338,37 @@ class DuckDBAsofOfflineStore(OfflineStore):
         return [(f.name, str(f.type)) for f in schema]
 
 
+def planned(
+    views_to_features: Mapping[FeatureView, list[str]],
+    entities: pd.DataFrame,
+    full_feature_names: bool,
+) -> tuple[list["ViewPlan"], dict[str, str]]:
+    """Each view's plan, and an alias (`__e<i>`) per entity column a view joins on; refuses a
+    join key the entity frame lacks and feature columns that collide with each other or with
+    the entity frame's."""
+    plans, key_aliases = [], {}
+    for i, (view, features) in enumerate(views_to_features.items()):
+        plan = ViewPlan.of(view, features, full_feature_names, alias=f"__f{i}")
+        for entity_key in plan.entity_keys:
+            if entity_key not in entities.columns:
+                raise ValueError(
+                    f"Feature view {view.name!r} joins on {entity_key!r}, "
+                    f"which the entity dataframe lacks (columns: {list(entities.columns)})"
+                )
+            key_aliases.setdefault(entity_key, f"__e{len(key_aliases)}")
+        plans.append(plan)
+    output_names = [name for plan in plans for name in plan.output_names]
+    clash = sorted(set(output_names) & set(map(str, entities.columns)))
+    if clash or len(set(output_names)) != len(output_names):
+        raise ValueError(
+            f"Feature columns {clash or output_names} collide with each other or with "
+            "entity dataframe columns; rename them or use full_feature_names=True"
+        )
+    return plans, key_aliases
+
+
 @dataclass(frozen=True)
-class _ViewPlan:
+class ViewPlan:
     """The SQL pieces of one feature view's ASOF JOIN, with source column names resolved."""
 
     alias: str
@@ -352,7 +384,7 @@ class _ViewPlan:
     @classmethod
     def of(
         cls, view: FeatureView, features: list[str], full_feature_names: bool, alias: str
-    ) -> "_ViewPlan":
+    ) -> "ViewPlan":
         source = view.batch_source
         if source is None:
             raise ValueError(f"Feature view {view.name!r} has no batch source")
@@ -567,7 +599,7 @@ def event_timestamp_column(entities: pd.DataFrame) -> str:
     return str(datetimes[0])
 
 
-def _utc_micros(values: pd.Series) -> pd.Series:
+def utc_micros(values: pd.Series) -> pd.Series:
     """Event timestamps as UTC instants in microseconds; naive values are taken as UTC."""
     utc = pd.to_datetime(values, utc=True)
     # DuckDB's TIMESTAMPTZ holds microseconds; flooring matches how it casts feature timestamps.

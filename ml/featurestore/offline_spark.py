@@ -11,9 +11,10 @@ Registered in `feature_store.yaml` (or set by `resources.feature_store.Services`
 
 A use case declares its sources once, as `FileSource`s of Parquet (what the DuckDB store reads);
 this store reads the same files with Spark, so moving from DuckDB to Spark changes no
-declaration and no registry. Point-in-time joins and materialization reads are Feast's own Spark
-queries; what this module adds is how a source becomes a Spark table, and results in the entity
-frame's order:
+declaration and no registry. Materialization reads are Feast's own Spark queries; the
+point-in-time join of a pandas entity frame is this module's (`point_in_time`), with the DuckDB
+store's semantics; what else this module adds is how a source becomes a Spark table, and
+results in the entity frame's order:
 
 - A source is a directory of `*.parquet` files (or one file, or a glob). A path that does not
   exist is an error naming the view and the path; a directory without Parquet files reads as an
@@ -22,8 +23,13 @@ frame's order:
   from the files' own schema) are read as integers and turned into microsecond instants, floored,
   as the DuckDB store compares them.
 - A point-in-time join uploads only the entity frame's join keys, its event timestamp and its row
-  number; the result is the entity frame itself with the feature columns put beside it in its
-  order, so every entity row comes back once, with its own columns and dtypes.
+  number. Per view, the view's rows in the entity rows' window and the entity rows go into one
+  window partitioned by the join keys and ordered by time (a view's rows before the entity rows
+  of the same instant, the latest created last), and each entity row takes the last view row
+  before it: one shuffle and one sort per view, where Feast's query joins every entity row to
+  every view row of its key and then filters by time. Each view's result is collected in turn
+  and put in the entity rows' order, so every entity row comes back once, with its own columns
+  and dtypes, the feature columns beside them.
 - Results reach pandas through Arrow (`DataFrame.toArrow`): instants stay UTC-aware
   (`toPandas` would make them naive in the session's zone).
 
@@ -37,7 +43,6 @@ import glob
 import logging
 import uuid
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,14 +65,23 @@ from feast.infra.offline_stores.contrib.spark_offline_store.spark import (
     SparkRetrievalJob,
 )
 from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
-from feast.infra.offline_stores.offline_store import RetrievalJob
+from feast.infra.offline_stores.offline_store import RetrievalJob, RetrievalMetadata
 from feast.infra.registry.base_registry import BaseRegistry
+from feast.on_demand_feature_view import OnDemandFeatureView
 from feast.repo_config import RepoConfig
 from feast.types import from_feast_to_pyarrow_type
-from pyspark.sql import DataFrame, SparkSession
+from feast.utils import _get_requested_feature_views_to_features_dict
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ml.featurestore.offline_duckdb import event_timestamp_column, lake_root
+from ml.featurestore.offline_duckdb import (
+    EntityOrderedJob,
+    ViewPlan,
+    event_timestamp_column,
+    lake_root,
+    planned,
+    utc_micros,
+)
 from ml.holds import hold
 from ml.spark_session import spark_session
 
@@ -82,6 +96,8 @@ HOLD_IN_SPARK_JOIN = "ML_LIFECYCLE_HOLD_IN_SPARK_JOIN"
 planned, before any of its result is collected."""
 ROW = "__feast_row"
 """The entity row's position, carried through Spark's join and sorted on at the end."""
+TS = "__ts"
+"""The instant of an entity row, or of a view's row, in a point-in-time join."""
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
 ARROW = "spark.sql.execution.arrow.pyspark.enabled"
 """pandas to Spark and back through Arrow: Feast's engine sets it on the sessions it starts."""
@@ -100,15 +116,10 @@ class LakeSparkOfflineStoreConfig(SparkOfflineStoreConfig):
 
 
 class LakeSparkRetrievalJob(SparkRetrievalJob):
-    """Feast's Spark retrieval, read through Arrow; for a point-in-time join, the features put
-    beside the entity frame in its order."""
+    """Feast's Spark retrieval (a pull for materialization, or a join of entity rows already in
+    Spark), read through Arrow."""
 
-    def __init__(
-        self,
-        job: SparkRetrievalJob,
-        entities: pd.DataFrame | None = None,
-        uploaded: Sequence[str] = (),
-    ):
+    def __init__(self, job: SparkRetrievalJob):
         super().__init__(
             spark_session=job.spark_session,
             query=job.query,
@@ -117,31 +128,12 @@ class LakeSparkRetrievalJob(SparkRetrievalJob):
             on_demand_feature_views=job.on_demand_feature_views,
             metadata=job.metadata,
         )
-        self._entities = entities
-        self._uploaded = set(uploaded)
-
-    def _features(self) -> pa.Table:
-        """The join's feature columns (and `ROW`), in the entity rows' order."""
-        frame = self.to_spark_df()
-        features = [c for c in frame.columns if c not in self._uploaded]
-        hold(HOLD_IN_SPARK_JOIN)
-        return frame.select(ROW, *features).orderBy(ROW).toArrow()
 
     def _to_df_internal(self, timeout: int | None = None) -> pd.DataFrame:
-        if self._entities is None:
-            return self.to_spark_df().toArrow().to_pandas()
-        features = self._features().drop_columns(ROW).to_pandas()
-        entities = self._entities.reset_index(drop=True)  # a copy: the caller's frame stays apart
-        return pd.concat([entities, features], axis=1, copy=False)
+        return self.to_spark_df().toArrow().to_pandas()
 
     def _to_arrow_internal(self, timeout: int | None = None) -> pa.Table:
-        if self._entities is None:
-            return self.to_spark_df().toArrow()
-        out = pa.Table.from_pandas(self._entities, preserve_index=False)
-        features = self._features()
-        for name, column in zip(features.column_names[1:], features.columns[1:], strict=True):
-            out = out.append_column(name, column)
-        return out
+        return self.to_spark_df().toArrow()
 
 
 class LakeSparkOfflineStore(SparkOfflineStore):
@@ -162,11 +154,10 @@ class LakeSparkOfflineStore(SparkOfflineStore):
         """Point-in-time correct features for each row of `entity_df`, in its order (a pandas
         frame); a Spark SQL query or DataFrame of entity rows is Feast's own retrieval."""
         spark = spark_session(_store_config(config).spark_conf)
-        views = [_on_spark(spark, config, view) for view in feature_views]
         if not isinstance(entity_df, pd.DataFrame):
             job = SparkOfflineStore.get_historical_features(
                 config,
-                views,
+                [_on_spark(spark, config, view) for view in feature_views],
                 feature_refs,
                 entity_df,
                 registry,
@@ -176,31 +167,48 @@ class LakeSparkOfflineStore(SparkOfflineStore):
                 **kwargs,
             )
             return LakeSparkRetrievalJob(job)  # type: ignore[arg-type]
+        if filter_by_created_timestamp:
+            raise NotImplementedError(
+                "LakeSparkOfflineStore joins a pandas entity frame without"
+                " filter_by_created_timestamp"
+            )
         event_column = event_timestamp_column(entity_df)
-        keys = [
-            view.projection.join_key_map.get(column.name, column.name)
-            for view in views
-            for column in view.entity_columns
-        ]
-        uploaded = [*dict.fromkeys(k for k in keys if k in entity_df.columns), event_column]
-        upload = entity_df[uploaded].assign(**{ROW: np.arange(len(entity_df), dtype=np.int64)})
-        upload[event_column] = pd.to_datetime(upload[event_column], utc=True).dt.floor("us")
-        # Stored once in Spark's block manager: Feast's query reads the entity rows in every
-        # view's join, and a pandas frame handed over as it is stays inline in each of those
-        # plans (500,000 rows then exhaust a 4 GiB driver before any task runs).
-        entities = spark.createDataFrame(upload).localCheckpoint()
-        job = SparkOfflineStore.get_historical_features(
-            config,
-            views,
-            feature_refs,
-            entities,
-            registry,
-            project,
-            full_feature_names,
-            filter_by_created_timestamp,
-            **kwargs,
+        event_ts = utc_micros(entity_df[event_column])
+        odfvs = OnDemandFeatureView.get_requested_odfvs(feature_refs, project, registry)
+        views_to_features, _ = _get_requested_feature_views_to_features_dict(
+            feature_refs, feature_views, odfvs
         )
-        return LakeSparkRetrievalJob(job, entity_df, [*uploaded, ROW])  # type: ignore[arg-type]
+        plans, key_aliases = planned(views_to_features, entity_df, full_feature_names)
+        upload = pd.DataFrame({ROW: np.arange(len(entity_df), dtype=np.int64), TS: event_ts})
+        for entity_key, alias in key_aliases.items():
+            upload[alias] = entity_df[entity_key].to_numpy()
+        # Stored once in Spark's block manager: every view's join reads the entity rows, and a
+        # pandas frame handed over as it is stays inline in each of those plans.
+        entities = spark.createDataFrame(upload).localCheckpoint()
+        window = (event_ts.min(), event_ts.max())
+        sources = {
+            plan.alias: _read(
+                spark,
+                config,
+                _file_source(plan.view.batch_source, plan.view.name),
+                plan.view,
+                plan.view.name,
+            )
+            for plan in plans
+        }
+        return SparkPointInTimeJob(
+            [point_in_time(entities, sources[p.alias], p, key_aliases, window) for p in plans],
+            entities=entity_df,
+            feature_names=[name for plan in plans for name in plan.output_names],
+            full_feature_names=full_feature_names,
+            on_demand_feature_views=odfvs,
+            metadata=RetrievalMetadata(
+                features=feature_refs,
+                keys=[str(c) for c in entity_df.columns if c != event_column],
+                min_event_timestamp=None if pd.isna(window[0]) else window[0].to_pydatetime(),
+                max_event_timestamp=None if pd.isna(window[1]) else window[1].to_pydatetime(),
+            ),
+        )
 
     @staticmethod
     def pull_latest_from_table_or_query(
@@ -239,6 +247,99 @@ class LakeSparkOfflineStore(SparkOfflineStore):
         )
 
 
+class SparkPointInTimeJob(EntityOrderedJob):
+    """A point-in-time join on Spark (`point_in_time` per view), collected on every
+    `to_arrow`/`to_df`: each view's features in turn, put in the entity rows' order."""
+
+    def __init__(self, views: list[DataFrame], **kwargs: Any):
+        super().__init__(**kwargs)
+        self._views = views
+
+    def _run(self) -> pa.Table:
+        hold(HOLD_IN_SPARK_JOIN)
+        rows = len(self._entities) if self._entities is not None else 0
+        columns: dict[str, pa.ChunkedArray] = {"__row": pa.chunked_array([np.arange(rows)])}
+        for view in self._views:
+            table = view.toArrow()
+            if table.num_rows != rows:
+                raise RuntimeError(f"a view's join gave {table.num_rows} rows for {rows}")
+            table = table.sort_by(ROW)
+            for name in table.column_names[1:]:
+                columns[name] = table[name]
+        return pa.table(columns)
+
+
+def point_in_time(
+    entities: DataFrame,
+    source: DataFrame,
+    plan: ViewPlan,
+    key_aliases: dict[str, str],
+    window: tuple[pd.Timestamp, pd.Timestamp],
+) -> DataFrame:
+    """`ROW` and `plan`'s output columns for every entity row: the values of the view's latest
+    row with the same keys at or before the row's instant (within the ttl), its latest created
+    among rows of one instant; nulls where there is none. `entities` holds `ROW`, `TS` and each
+    join key under its alias; `source` the view's rows under their source names."""
+    keys = [f"__k{i}" for i in range(len(plan.source_keys))]
+    values = [f"__v{j}" for j in range(len(plan.source_features))]
+    ts = F.col(f"`{plan.source_ts}`").cast("timestamp")
+    created = F.col(f"`{plan.source_created}`") if plan.source_created else F.lit(None)
+    rows = source.select(
+        *(F.col(f"`{k}`").alias(key) for k, key in zip(plan.source_keys, keys, strict=True)),
+        ts.alias(TS),
+        created.cast("timestamp").alias("__c"),
+        *(F.col(f"`{c}`").alias(v) for c, v in zip(plan.source_features, values, strict=True)),
+    )
+    bounds = [F.col(TS).isNotNull(), *(F.col(key).isNotNull() for key in keys)]
+    if not pd.isna(window[1]):
+        bounds.append(F.col(TS) <= F.lit(window[1].to_pydatetime()))
+    if plan.ttl_us is not None and not pd.isna(window[0]):
+        lower = window[0] - pd.Timedelta(microseconds=plan.ttl_us)
+        bounds.append(F.col(TS) >= F.lit(lower.to_pydatetime()))
+    for bound in bounds:
+        rows = rows.where(bound)
+    asked = entities.select(
+        F.col(ROW),
+        F.col(TS),
+        *(
+            F.col(key_aliases[entity_key]).cast(rows.schema[key].dataType).alias(key)
+            for entity_key, key in zip(plan.entity_keys, keys, strict=True)
+        ),
+    )
+    both = rows.withColumn("__e", F.lit(0)).unionByName(
+        asked.withColumn("__e", F.lit(1)), allowMissingColumns=True
+    )
+    # At one instant a view's row comes before the entity rows it is known to, and among a view's
+    # rows of one instant the latest created comes last (none created: first).
+    order = Window.partitionBy(*keys).orderBy(TS, "__e", F.col("__c").asc_nulls_first())
+    latest = F.last(
+        F.when(F.col("__e") == 0, F.struct(F.col(TS).alias("__at"), *values)), ignorenulls=True
+    ).over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    joined = both.select(ROW, TS, "__e", latest.alias("__m")).where(F.col("__e") == 1)
+    fresh = None
+    if plan.ttl_us is not None:
+        fresh = F.expr("unix_micros(__m.__at)") >= F.expr("unix_micros(" + TS + ")") - F.lit(
+            plan.ttl_us
+        )
+    outputs = []
+    for value, name in zip(values, plan.output_names, strict=True):
+        picked = F.col(f"__m.{value}")
+        outputs.append((picked if fresh is None else F.when(fresh, picked)).alias(name))
+    return joined.select(ROW, *outputs)
+
+
+def _file_source(source: DataSource | None, name: str) -> FileSource:
+    """`source`, a Parquet FileSource, or a ValueError naming what it is."""
+    if not isinstance(source, FileSource):
+        raise ValueError(
+            f"{name!r}: LakeSparkOfflineStore reads FileSources (or SparkSources), got"
+            f" {type(source).__name__}"
+        )
+    if source.file_format is not None and not isinstance(source.file_format, ParquetFormat):
+        raise ValueError(f"{name!r}: only Parquet FileSources are supported, got {source.path!r}")
+    return source
+
+
 def _pulled(pull: Any, config: RepoConfig, data_source: DataSource, *args: Any) -> RetrievalJob:
     """Feast's `pull` (its pull_latest or pull_all) of `data_source` read as a SparkSource."""
     spark = spark_session(_store_config(config).spark_conf)
@@ -266,13 +367,7 @@ def _spark_source(
     """A SparkSource over a temporary view of `source`'s Parquet files."""
     if isinstance(source, SparkSource):
         return source
-    if not isinstance(source, FileSource):
-        raise ValueError(
-            f"{name!r}: LakeSparkOfflineStore reads FileSources (or SparkSources), got"
-            f" {type(source).__name__}"
-        )
-    if source.file_format is not None and not isinstance(source.file_format, ParquetFormat):
-        raise ValueError(f"{name!r}: only Parquet FileSources are supported, got {source.path!r}")
+    source = _file_source(source, name)
     table = f"__lake_{uuid.uuid4().hex}"
     _read(spark, config, source, view, name).createOrReplaceTempView(table)
     return SparkSource(

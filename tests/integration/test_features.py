@@ -13,6 +13,7 @@ import pytest
 
 from assets import asset_key
 from ml.dataset import fingerprint
+from ml.parts import TrainingSetFiles, is_parts
 from pipelines.definitions import definitions, local_resources
 from pipelines.settings import Settings
 from resources.expectations import GreatExpectations
@@ -61,7 +62,10 @@ class World:
         )
 
     def table(self, asset: str, partition: str | None = None) -> pd.DataFrame:
-        return pd.read_parquet(self.lake / CASE.name / asset / f"{partition or 'data'}.parquet")
+        folder = self.lake / CASE.name / asset
+        if partition is None and is_parts(folder / "data"):  # a training set: parts
+            return TrainingSetFiles.open(folder / "data").read()
+        return pd.read_parquet(folder / f"{partition or 'data'}.parquet")
 
     def metadata(self, day: str, asset: str) -> dict:
         for event in self.results[day].get_asset_materialization_events():

@@ -129,7 +129,7 @@ def test_a_rank_holds_two_blocks_of_rows_and_the_validation_outputs_not_the_trai
     pages = 2 * (2 * block * capacity.PAGE_BYTES)
     order = 8 * (60_000_000 + 15_000_000)
     outputs = 6_000_000 * 4 * 2
-    assert grown == 2 * block * row + 65_536 * row + outputs + pages + order + 300_000
+    assert grown == 2 * block * row + 8_192 * row + outputs + pages + order + 300_000
 
 
 def test_the_total_is_what_is_held_plus_the_larger_of_a_steps_and_a_writes_passing_memory():
