@@ -1,5 +1,6 @@
 """A Feast offline store on Apache Spark over the lake's Parquet: Feast's Spark offline store,
-reading each `FileSource` as a `SparkSource` generated from it.
+reading each `FileSource` as a `SparkSource` generated from it, with a point-in-time join of
+its own.
 
 Registered in `feature_store.yaml` (or set by `resources.feature_store.Services` for
 `ENGINE=spark`) as
