@@ -165,9 +165,10 @@ def _write_part(
     data = buffer.getvalue()
     relative = f"{split}/part-{number:05d}-{rows[:16]}.parquet"
     path = folder / relative
-    if not (path.exists() and _sha256_of(path) == hashlib.sha256(data).hexdigest()):
+    sha256 = hashlib.sha256(data).hexdigest()
+    if not (path.exists() and _sha256_of(path) == sha256):  # the same part: left as it is
         _put(path, data, permissions)
-    return Part(split, relative, first, len(chunk), hashlib.sha256(data).hexdigest(), rows)
+    return Part(split, relative, first, len(chunk), sha256, rows)
 
 
 def _local(folder: Folder) -> Folder:

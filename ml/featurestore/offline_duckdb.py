@@ -257,12 +257,7 @@ class DuckDBAsofOfflineStore(OfflineStore):
             feature_names=output_names,
             full_feature_names=full_feature_names,
             on_demand_feature_views=odfvs,
-            metadata=RetrievalMetadata(
-                features=feature_refs,
-                keys=[str(c) for c in entities.columns if c != event_column],
-                min_event_timestamp=_python_datetime(window[0]),
-                max_event_timestamp=_python_datetime(window[1]),
-            ),
+            metadata=join_metadata(feature_refs, entities, event_column, window),
         )
 
     @staticmethod
@@ -610,6 +605,22 @@ def _ts_literal(value: datetime | pd.Timestamp) -> str:
     ts = pd.Timestamp(value)
     ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
     return f"TIMESTAMPTZ {_sql_string(ts.floor('us').isoformat())}"
+
+
+def join_metadata(
+    feature_refs: list[str],
+    entities: pd.DataFrame,
+    event_column: str,
+    window: tuple[pd.Timestamp, pd.Timestamp],
+) -> RetrievalMetadata:
+    """What Feast records of a point-in-time join: its features, the entity frame's other
+    columns, and the first and last event instant."""
+    return RetrievalMetadata(
+        features=feature_refs,
+        keys=[str(c) for c in entities.columns if c != event_column],
+        min_event_timestamp=_python_datetime(window[0]),
+        max_event_timestamp=_python_datetime(window[1]),
+    )
 
 
 def _python_datetime(value: pd.Timestamp) -> datetime | None:

@@ -66,7 +66,7 @@ from feast.infra.offline_stores.contrib.spark_offline_store.spark import (
     SparkRetrievalJob,
 )
 from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
-from feast.infra.offline_stores.offline_store import RetrievalJob, RetrievalMetadata
+from feast.infra.offline_stores.offline_store import RetrievalJob
 from feast.infra.registry.base_registry import BaseRegistry
 from feast.on_demand_feature_view import OnDemandFeatureView
 from feast.repo_config import RepoConfig
@@ -79,6 +79,7 @@ from ml.featurestore.offline_duckdb import (
     EntityOrderedJob,
     ViewPlan,
     event_timestamp_column,
+    join_metadata,
     lake_root,
     planned,
     utc_micros,
@@ -203,12 +204,7 @@ class LakeSparkOfflineStore(SparkOfflineStore):
             feature_names=[name for plan in plans for name in plan.output_names],
             full_feature_names=full_feature_names,
             on_demand_feature_views=odfvs,
-            metadata=RetrievalMetadata(
-                features=feature_refs,
-                keys=[str(c) for c in entity_df.columns if c != event_column],
-                min_event_timestamp=None if pd.isna(window[0]) else window[0].to_pydatetime(),
-                max_event_timestamp=None if pd.isna(window[1]) else window[1].to_pydatetime(),
-            ),
+            metadata=join_metadata(feature_refs, entity_df, event_column, window),
         )
 
     @staticmethod
